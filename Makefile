@@ -1,0 +1,49 @@
+# Two commands from a fresh clone: `make demo` and `make test`. Both reuse .venv when it is current.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch first, pinned, so no later install swaps in another build (a CPU wheel here, CUDA on a GPU box).
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: demo test lint bench system-deps clean-venv
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "embodrl needs Python >= 3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.torch: $(BIN)/python
+	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	@touch $@
+
+$(VENV)/.core: $(VENV)/.torch pyproject.toml setup.py
+	$(BIN)/pip install --quiet -e . "$(TORCH_SPEC)"
+	@touch $@
+
+$(VENV)/.test: $(VENV)/.core
+	$(BIN)/pip install --quiet -e ".[test,deploy]" "$(TORCH_SPEC)"
+	@touch $@
+
+# EGL/OSMesa for headless MuJoCo rendering; installed with apt only when missing.
+system-deps:
+	@if ldconfig -p | grep -q 'libEGL.so.1' && ldconfig -p | grep -q 'libOSMesa.so'; then :; \
+	elif command -v apt-get >/dev/null; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		echo "installing headless rendering libraries (libegl1, libgl1-mesa-dri, libosmesa6)"; \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libegl1 libgl1-mesa-dri libosmesa6 >/dev/null; \
+	else echo "warning: install EGL or OSMesa for headless rendering (no apt-get here)"; fi
+
+demo: $(VENV)/.core system-deps
+	$(BIN)/embodrl rollout expert_rollout --episodes 8 --record 2
+
+test: $(VENV)/.test system-deps
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+lint: $(VENV)/.test
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: $(VENV)/.core system-deps
+	$(BIN)/python benchmarks/sim_throughput.py
+
+clean-venv:
+	rm -rf $(VENV)

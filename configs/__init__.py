@@ -1,0 +1,1 @@
+"""YAML presets by group (env/, policy/, algo/, engine/) and whole experiments (experiment/)."""

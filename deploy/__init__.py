@@ -1,0 +1,1 @@
+"""Deploy: policy server, robot client, robot adapters, safety layer."""

@@ -1,0 +1,161 @@
+"""The experiment config: typed dataclasses composed from YAML presets plus `key=value` overrides.
+
+Defaults live only in the dataclasses. A preset in `configs/<group>/<name>.yaml` sets some keys of
+one group (`env=tabletop_lang` on the command line picks it); an experiment YAML may pick presets
+in its `defaults:` map and set any key. Merge order: dataclass defaults <- group presets <-
+experiment body <- command-line `key=value`. OmegaConf does the composition and type checks; this
+module turns its exceptions into one-line ConfigErrors that name the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+from embodrl.errors import ConfigError
+from embodrl.sims.config import EnvConfig
+
+
+@dataclass
+class ExperimentConfig:
+    """One run: what to simulate, which policy, which algorithm, where outputs go."""
+
+    name: str = "default"
+    seed: int = 0
+    device: str = "cpu"  # "cpu", "cuda", "cuda:1", ...
+    run_root: str = "runs"  # outputs go to <run_root>/<name>/<timestamp>/
+    env: EnvConfig = field(default_factory=EnvConfig)
+
+
+def groups() -> dict[str, type]:
+    """Config groups: the dataclass-typed fields of ExperimentConfig, e.g. {"env": EnvConfig}."""
+    return {
+        f.name: f.default_factory().__class__
+        for f in dataclasses.fields(ExperimentConfig)
+        if f.default_factory is not dataclasses.MISSING
+    }
+
+
+def config_root() -> Path:
+    """The `configs/` folder shipped with the package."""
+    return Path(str(resources.files("embodrl.configs")))
+
+
+def presets(group: str) -> list[str]:
+    """Names of the YAML presets of one group."""
+    return sorted(p.stem for p in (config_root() / group).glob("*.yaml"))
+
+
+def experiments() -> list[str]:
+    return presets("experiment")
+
+
+def _load_yaml(path: Path) -> DictConfig:
+    try:
+        cfg = OmegaConf.load(path)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{path}: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"{path}: a config file must be a YAML mapping")
+    return cfg
+
+
+def _preset(group: str, name: str) -> DictConfig:
+    path = config_root() / group / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{group}={name!r} is not a preset; choose one of: {', '.join(presets(group))}")
+    return OmegaConf.create({group: _load_yaml(path)})
+
+
+def _experiment_file(experiment: str) -> Path:
+    path = Path(experiment)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ConfigError(f"experiment file {experiment} does not exist")
+        return path
+    path = config_root() / "experiment" / f"{experiment}.yaml"
+    if not path.is_file():
+        raise ConfigError(
+            f"unknown experiment {experiment!r}; choose one of: {', '.join(experiments())} or a .yaml path"
+        )
+    return path
+
+
+def _valid_keys(node: Any) -> str:
+    return ", ".join(f.name for f in dataclasses.fields(node)) if dataclasses.is_dataclass(node) else ""
+
+
+def _explain(e: OmegaConfBaseException) -> ConfigError:
+    key = e.full_key or str(e.key)
+    if isinstance(e, ConfigKeyError):
+        return ConfigError(f"unknown config key {key!r}; valid keys here: {_valid_keys(e.object_type)}")
+    if isinstance(e, ValidationError):
+        reason = str(e.msg).splitlines()[0]
+        return ConfigError(f"{key}: {reason}")
+    return ConfigError(f"{key}: {str(e.msg).splitlines()[0]}")
+
+
+def compose(experiment: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Build a validated ExperimentConfig from an experiment name/path and command-line overrides."""
+    group_names = groups()
+    selections: dict[str, str] = {}
+    key_overrides: list[str] = []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(
+                f"override {item!r} must look like key=value (e.g. env.num_envs=16 or env=tabletop_lang)"
+            )
+        key, value = item.split("=", 1)
+        if key in group_names:
+            selections[key] = value
+        else:
+            key_overrides.append(item)
+
+    body = OmegaConf.create()
+    if experiment is not None:
+        body = _load_yaml(_experiment_file(experiment))
+        picked = body.pop("defaults", None) or {}
+        if not isinstance(picked, dict | DictConfig):
+            raise ConfigError(
+                f"{experiment}: 'defaults' must map groups to presets, e.g. {{env: tabletop_basic}}"
+            )
+        for group, name in picked.items():
+            if group not in group_names:
+                raise ConfigError(
+                    f"{experiment}: unknown group {group!r} in defaults; groups: {', '.join(group_names)}"
+                )
+            selections.setdefault(str(group), str(name))
+
+    try:
+        cfg = OmegaConf.structured(ExperimentConfig)
+        for group, name in selections.items():
+            cfg = OmegaConf.merge(cfg, _preset(group, name))
+        cfg = OmegaConf.merge(cfg, body, OmegaConf.from_dotlist(key_overrides))
+        return OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as e:
+        raise _explain(e) from None
+
+
+def to_yaml(cfg: ExperimentConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def make_run_dir(cfg: ExperimentConfig) -> Path:
+    """Create runs/<name>/<timestamp>/ and write the fully resolved config into it."""
+    run_dir = Path(cfg.run_root) / cfg.name / time.strftime("%Y%m%d-%H%M%S")
+    suffix = 1
+    while run_dir.exists():  # two runs in the same second get distinct folders
+        run_dir = run_dir.with_name(f"{run_dir.name.split('_')[0]}_{suffix}")
+        suffix += 1
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(to_yaml(cfg))
+    return run_dir

@@ -1,0 +1,1 @@
+"""Runner loops (RL, SFT), episodes and videos, checkpoints, logging, evaluation."""

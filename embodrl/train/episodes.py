@@ -1,0 +1,102 @@
+"""Run a fixed, seeded set of episodes with any action function; collect stats and video frames."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from tqdm import tqdm
+
+from embodrl.sims.base import VecEnv
+
+ActFn = Callable[[TensorDict], torch.Tensor]  # obs [N] -> actions [N, C, A]
+
+
+@dataclass
+class EpisodeResults:
+    """Per-episode outcomes, in the order of their initial-state ids."""
+
+    success: list[bool] = field(default_factory=list)
+    length: list[int] = field(default_factory=list)  # env steps (actions executed)
+    ret: list[float] = field(default_factory=list)
+    instruction: list[str] = field(default_factory=list)
+    frames: dict[int, list[np.ndarray]] = field(default_factory=dict)  # episode id -> video frames
+
+    @property
+    def success_rate(self) -> float:
+        return float(np.mean(self.success)) if self.success else 0.0
+
+    def confidence_interval(self, z: float = 1.96) -> tuple[float, float]:
+        """Wilson score interval for the success rate (95% by default)."""
+        n = len(self.success)
+        if n == 0:
+            return (0.0, 1.0)
+        p = self.success_rate
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return (max(0.0, centre - half), min(1.0, centre + half))
+
+    def per_instruction(self) -> dict[str, float]:
+        out: dict[str, list[bool]] = {}
+        for text, ok in zip(self.instruction, self.success, strict=True):
+            out.setdefault(text, []).append(ok)
+        return {text: float(np.mean(v)) for text, v in sorted(out.items())}
+
+
+def run_episodes(
+    env: VecEnv,
+    act: ActFn,
+    num_episodes: int,
+    record: int = 0,
+    first_state_id: int = 0,
+    progress: bool = False,
+) -> EpisodeResults:
+    """Play episodes from initial states first_state_id + [0, num_episodes) and record the first `record`.
+
+    Env i plays episodes i, i+N, i+2N, ...: the set of episodes is fixed by the ids, so results do
+    not depend on which episodes happen to finish first.
+    """
+    n = env.num_envs
+    queue = [list(range(i, num_episodes, n)) for i in range(n)]  # episode ids per env
+    current = [q.pop(0) if q else -1 for q in queue]
+    results = {}
+    ret = torch.zeros(n)
+    length = torch.zeros(n, dtype=torch.long)
+    frames: dict[int, list[np.ndarray]] = {e: [] for e in range(min(record, num_episodes))}
+
+    def start(env_ids: list[int]) -> TensorDict:
+        ids = torch.tensor([first_state_id + max(current[i], 0) for i in env_ids])
+        return env.reset_to(ids, torch.tensor(env_ids))
+
+    obs = start(list(range(n)))
+    bar = tqdm(total=num_episodes, desc="episodes", unit="ep", disable=not progress, leave=False)
+    while len(results) < num_episodes:
+        recording = [i for i in range(n) if current[i] in frames]
+        if recording:
+            for i, frame in zip(recording, env.render(torch.tensor(recording)).numpy(), strict=True):
+                frames[current[i]].append(frame)
+        instructions = env.instructions(obs["task_id"]) if "task_id" in obs else [""] * n
+        res = env.step(act(obs))
+        ret += res.reward.sum(-1).cpu()
+        length += res.steps_executed.cpu()
+        finished = res.done.cpu().nonzero().flatten().tolist()
+        for i in finished:
+            if current[i] >= 0 and current[i] not in results:
+                results[current[i]] = (bool(res.success[i]), int(length[i]), float(ret[i]), instructions[i])
+                bar.update(1)
+            current[i] = queue[i].pop(0) if queue[i] else -1
+            ret[i], length[i] = 0.0, 0
+        obs = start(finished) if finished else res.obs
+    bar.close()
+    out = EpisodeResults(frames=frames)
+    for e in range(num_episodes):
+        ok, steps, r, text = results[e]
+        out.success.append(ok)
+        out.length.append(steps)
+        out.ret.append(r)
+        out.instruction.append(text)
+    return out

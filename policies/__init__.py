@@ -1,0 +1,1 @@
+"""Policy families behind one contract (`act`, `evaluate`, `sft_loss`, save/load)."""

@@ -1,0 +1,154 @@
+"""The VecEnv contract: every simulator and adapter returns these TensorDicts (DESIGN.md §2-3)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict, tensorclass
+
+from embodrl.errors import UserError
+
+# Observation keys (absent keys are simply absent):
+#   rgb        uint8   [N, H, W, 3]  main camera
+#   wrist_rgb  uint8   [N, H, W, 3]  wrist camera
+#   state      float32 [N, S]        proprioception
+#   privileged float32 [N, P]        sim-only state (object poses), for critics
+#   task_id    int64   [N]           index into env.instruction_table
+OBS_KEYS = ("rgb", "wrist_rgb", "state", "privileged", "task_id")
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """Actions are float32 [N, C, dim]; C (the chunk) is chosen by the caller, any C >= 1."""
+
+    dim: int
+    low: float = -1.0
+    high: float = 1.0
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape (without the env dimension) and dtype of one observation key."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+@tensorclass
+class StepResult:
+    """What `VecEnv.step` returns for a batch of N envs after executing a chunk of C actions.
+
+    reward is per executed action [N, C] (zeros after an episode ended inside the chunk); the
+    chunk reward is `reward.sum(-1)`. On auto-reset, `obs` is the first observation of the new
+    episode and `final_obs` the last one of the finished episode (equal to `obs` elsewhere).
+    """
+
+    obs: TensorDict  # [N]
+    reward: torch.Tensor  # [N, C] float32
+    terminated: torch.Tensor  # [N] bool: the MDP ended (success or failure); no bootstrap
+    truncated: torch.Tensor  # [N] bool: time limit; bootstrap from V(final_obs)
+    success: torch.Tensor  # [N] bool
+    final_obs: TensorDict  # [N]
+    steps_executed: torch.Tensor  # [N] int64: actions of the chunk actually executed
+
+    @property
+    def done(self) -> torch.Tensor:
+        return self.terminated | self.truncated
+
+
+class VecEnv(ABC):
+    """N environments stepped together; finished ones reset automatically."""
+
+    num_envs: int
+    device: torch.device
+
+    @property
+    @abstractmethod
+    def action_spec(self) -> ActionSpec: ...
+
+    @property
+    @abstractmethod
+    def observation_spec(self) -> dict[str, TensorSpec]: ...
+
+    @property
+    @abstractmethod
+    def instruction_table(self) -> list[str]:
+        """Every instruction this env can give; obs["task_id"] indexes it."""
+
+    @property
+    @abstractmethod
+    def num_init_states(self) -> int:
+        """Number of distinct initial states addressable by `reset_to`."""
+
+    @abstractmethod
+    def reset(self, seed: int | None = None, options: dict | None = None) -> TensorDict:
+        """Reset all envs; with a seed the sequence of episodes is reproducible."""
+
+    @abstractmethod
+    def reset_to(self, state_ids: torch.Tensor, env_ids: torch.Tensor | None = None) -> TensorDict:
+        """Reset envs `env_ids` (default all) to initial states `state_ids`; same id -> same state.
+
+        Returns the observation of all N envs (the others unchanged).
+        """
+
+    @abstractmethod
+    def step(self, actions: torch.Tensor) -> StepResult:
+        """Execute an action chunk [N, C, A] open-loop; an episode ending mid-chunk drops the rest."""
+
+    @abstractmethod
+    def render(self, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Video frames uint8 [n, H, W, 3] of envs `env_ids` (default all)."""
+
+    def instructions(self, task_id: torch.Tensor) -> list[str]:
+        """Instruction strings for a [N] tensor of task ids (obs["task_id"])."""
+        table = self.instruction_table
+        return [table[i] for i in task_id.tolist()]
+
+    def close(self) -> None:  # noqa: B027 (optional hook: most envs have nothing to release)
+        """Release simulator and renderer resources."""
+
+    def __enter__(self) -> VecEnv:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # Shared input checks, so every env reports bad input the same way.
+    def check_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Validate an action chunk and clip it to the action bounds (documented behaviour)."""
+        spec = self.action_spec
+        if not isinstance(actions, torch.Tensor):
+            raise UserError(
+                f"actions must be a torch.Tensor [N, C, {spec.dim}], got {type(actions).__name__}"
+            )
+        if not actions.is_floating_point():
+            raise UserError(f"actions must be floating point [N, C, {spec.dim}], got dtype {actions.dtype}")
+        if actions.dim() == 2:  # a single action per env is a chunk of one
+            actions = actions.unsqueeze(1)
+        if actions.dim() != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != spec.dim:
+            raise UserError(
+                f"actions must have shape [N={self.num_envs}, C, A={spec.dim}], got {list(actions.shape)}"
+            )
+        bad = ~torch.isfinite(actions).all(dim=-1).all(dim=-1)
+        if bad.any():
+            ids = bad.nonzero().flatten().tolist()
+            raise UserError(f"actions contain NaN or inf for env indices {ids}")
+        return actions.to(torch.float32).clamp(spec.low, spec.high)
+
+    def check_state_ids(self, state_ids: torch.Tensor, env_ids: torch.Tensor | None) -> torch.Tensor:
+        """Validate `reset_to` arguments; returns env_ids (all envs by default)."""
+        env_ids = torch.arange(self.num_envs) if env_ids is None else torch.as_tensor(env_ids).flatten()
+        state_ids = torch.as_tensor(state_ids).flatten()
+        if state_ids.numel() != env_ids.numel():
+            raise UserError(f"reset_to got {state_ids.numel()} state ids for {env_ids.numel()} envs")
+        out = (state_ids < 0) | (state_ids >= self.num_init_states)
+        if out.any():
+            raise UserError(
+                f"reset_to state ids {state_ids[out].tolist()} out of range [0, {self.num_init_states})"
+            )
+        if ((env_ids < 0) | (env_ids >= self.num_envs)).any():
+            raise UserError(f"reset_to env ids must be in [0, {self.num_envs}), got {env_ids.tolist()}")
+        return env_ids

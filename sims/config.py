@@ -1,0 +1,39 @@
+"""Environment configuration (torch-free; composed into the experiment config)."""
+
+from dataclasses import dataclass
+
+from embodrl.choices import check_choice, check_positive
+
+OBS_MODES = ("state", "rgb")
+IMAGE_SIZES = (64, 128, 224)
+REWARD_TYPES = ("sparse", "dense")
+CONTROL_MODES = ("ee_delta", "joint_pos")
+
+
+@dataclass
+class EnvConfig:
+    """Which simulator, which tasks, how many envs, what they observe and how they are rewarded."""
+
+    suite: str = "tabletop-basic"  # `embodrl envs` lists the suites
+    task: str | None = None  # one task of the suite; None samples all tasks of the suite
+    num_envs: int = 8
+    seed: int = 0
+    max_episode_steps: int = 80  # control steps (0.05 s each in the tabletop suite)
+    obs_mode: str = "state"  # "rgb" adds camera images to the state observation
+    image_size: int = 64
+    wrist_camera: bool = False
+    reward: str = "sparse"  # sparse: 1 on success; dense: shaped progress reward + success bonus
+    terminate_on_success: bool = True
+    control_mode: str = "ee_delta"  # ee_delta: 7-D [dxyz, drpy, gripper]; joint_pos: absolute joint targets
+    render_shadows: bool = False  # shadows cost ~10x render time on CPU; turn on for videos
+    num_threads: int = 0  # physics threads; 0 = one per core
+    gym_id: str = ""  # suite "gym": any gymnasium env id
+
+    def __post_init__(self) -> None:
+        check_positive("env.num_envs", self.num_envs)
+        check_positive("env.max_episode_steps", self.max_episode_steps)
+        check_positive("env.num_threads", self.num_threads, allow_zero=True)
+        check_choice("env.obs_mode", self.obs_mode, OBS_MODES)
+        check_choice("env.image_size", self.image_size, IMAGE_SIZES)
+        check_choice("env.reward", self.reward, REWARD_TYPES)
+        check_choice("env.control_mode", self.control_mode, CONTROL_MODES)

@@ -1,0 +1,36 @@
+"""Suites by name, imported lazily so optional backends cost nothing until used."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from embodrl.errors import UserError
+from embodrl.sims.config import EnvConfig
+
+if TYPE_CHECKING:
+    from embodrl.sims.base import VecEnv
+
+# suite name -> "module:factory"; each factory takes an EnvConfig and returns a VecEnv.
+SUITES: dict[str, str] = {
+    "tabletop-basic": "embodrl.sims.tabletop.env:make_tabletop",
+    "tabletop-lang": "embodrl.sims.tabletop.env:make_tabletop",
+    "gym": "embodrl.sims.gym_adapter:make_gym",
+}
+
+
+def make_env(cfg: EnvConfig, device: str = "cpu") -> VecEnv:
+    """Build the VecEnv named by `cfg.suite`."""
+    if cfg.suite not in SUITES:
+        raise UserError(f"unknown suite {cfg.suite!r}; valid suites: {', '.join(SUITES)}")
+    module, factory = SUITES[cfg.suite].split(":")
+    return getattr(importlib.import_module(module), factory)(cfg, device=device)
+
+
+def describe_suites() -> dict[str, dict[str, list[str]]]:
+    """suite -> task -> example instructions, for `embodrl envs`."""
+    from embodrl.sims.tabletop import describe
+
+    out = dict(describe())
+    out["gym"] = {"<any gymnasium id>": ["set env.gym_id=..., e.g. HalfCheetah-v5"]}
+    return out

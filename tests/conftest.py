@@ -1,0 +1,6 @@
+"""Test-wide settings: offline hubs and headless rendering."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("MUJOCO_GL", "egl")
