@@ -1,0 +1,109 @@
+"""Algorithm configuration (torch-free; composed into the experiment config as `algo`).
+
+Defaults follow what worked in the calibration prototype (references/prototype-calibration.md §4):
+GAE gamma 0.99 / lambda 0.95 per decision, clip 0.2, lr 1e-4, 4 epochs of minibatch 256, approx-KL
+early stop at 0.05, grad-norm 1, 5 critic-only warm-up iterations.
+"""
+
+from dataclasses import dataclass
+
+from embodrl.algos import registry
+from embodrl.choices import check_choice, check_positive
+from embodrl.errors import ConfigError
+
+ALGORITHMS = ("ppo", "grpo")
+# The estimator each algorithm uses unless `advantage` names another one.
+DEFAULT_ADVANTAGE = {"ppo": "gae", "grpo": "grpo"}
+REWARD_TYPES = ("action", "chunk")
+LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
+
+
+@dataclass
+class AlgoConfig:
+    """PPO or GRPO: advantage estimation, the clipped loss and the update schedule."""
+
+    name: str = "ppo"  # ppo: actor-critic; grpo: critic-free, group-normalized returns
+    advantage: str | None = None  # estimator by registry name; None: the algorithm's own (ppo: gae)
+    gamma: float = 0.99
+    gae_lambda: float = 0.95  # applied once per decision (one chunk)
+    # chunk: gamma once per decision; action: gamma per executed env step inside the chunk
+    reward_type: str = "chunk"
+    clip_eps_low: float = 0.2  # ratio clipped to [1 - eps_low, 1 + eps_high]
+    clip_eps_high: float = 0.2
+    dual_clip: float | None = None  # c > 1: for A < 0 the loss is bounded by -c*A (dual-clip PPO)
+    value_loss: str = "huber"  # registry name: mse | huber
+    value_clip: float | None = 0.2  # V_old + clip(V - V_old, -c, c); None: no value clipping
+    huber_delta: float = 10.0
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    kl_coef: float = 0.0  # KL to a frozen reference policy (k3 estimator); 0: off
+    normalize_advantages: bool = True  # over all valid samples of the rollout
+    max_grad_norm: float | None = 1.0
+    actor_lr: float = 1e-4
+    critic_lr: float = 1e-3
+    critic_warmup_iters: int = 5  # first iterations update only the critic
+    target_kl: float | None = 0.05  # stop the epochs of an update once approx-KL exceeds it
+    num_epochs: int = 4
+    minibatch_size: int = 256
+    # token-mean: every valid element weighs the same; seq-mean-token-mean: every trajectory does
+    loss_agg: str = "token-mean"
+    group_size: int = 8  # GRPO: envs i with the same i // group_size start from the same state
+    # GRPO: keep only groups whose success rate lies in [lo, hi], e.g. (0.1, 0.9); None keeps all
+    grpo_success_range: tuple[float, float] | None = None
+    eps: float = 1e-6  # added to the std in group and advantage normalization
+
+    def __post_init__(self) -> None:
+        check_choice("algo.name", self.name, ALGORITHMS)
+        check_choice("algo.advantage", self.estimator, registry.names("advantage"))
+        if self.name == "grpo" and self.estimator in registry.CRITIC_ADVANTAGES:
+            raise ConfigError(
+                f"algo.advantage={self.estimator!r} needs a critic, but algo.name='grpo' has none; "
+                "use algo.advantage=grpo or algo.name=ppo"
+            )
+        check_choice("algo.reward_type", self.reward_type, REWARD_TYPES)
+        check_choice("algo.value_loss", self.value_loss, registry.names("value_loss"))
+        check_choice("algo.loss_agg", self.loss_agg, LOSS_AGGREGATIONS)
+        _check_unit_interval("algo.gamma", self.gamma)
+        _check_unit_interval("algo.gae_lambda", self.gae_lambda)
+        check_positive("algo.clip_eps_low", self.clip_eps_low, allow_zero=True)
+        check_positive("algo.clip_eps_high", self.clip_eps_high, allow_zero=True)
+        if self.clip_eps_low >= 1:
+            raise ConfigError(f"algo.clip_eps_low={self.clip_eps_low} must be < 1 (the ratio is positive)")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ConfigError(f"algo.dual_clip={self.dual_clip} must be > 1, or null to turn it off")
+        for key in ("value_clip", "max_grad_norm", "target_kl"):
+            if getattr(self, key) is not None:
+                check_positive(f"algo.{key}", getattr(self, key))
+        for key in ("huber_delta", "actor_lr", "critic_lr", "num_epochs", "minibatch_size", "eps"):
+            check_positive(f"algo.{key}", getattr(self, key))
+        for key in ("value_coef", "entropy_coef", "kl_coef", "critic_warmup_iters"):
+            check_positive(f"algo.{key}", getattr(self, key), allow_zero=True)
+        if self.group_size < 2:
+            raise ConfigError(f"algo.group_size={self.group_size} must be >= 2 (a group needs a baseline)")
+        if self.grpo_success_range is not None:
+            self.grpo_success_range = tuple(self.grpo_success_range)  # YAML gives a list
+            bounds = self.grpo_success_range
+            if len(bounds) != 2 or not 0 <= bounds[0] <= bounds[1] <= 1:
+                raise ConfigError(
+                    f"algo.grpo_success_range={list(self.grpo_success_range)} must be [lo, hi] with "
+                    "0 <= lo <= hi <= 1, or null"
+                )
+
+    @property
+    def estimator(self) -> str:
+        """The advantage estimator's registry name: `advantage`, or the algorithm's own when None.
+
+        Derived rather than written back in __post_init__, so that overriding `name` later (as the
+        config composition does) also changes the default estimator.
+        """
+        return self.advantage or DEFAULT_ADVANTAGE[self.name]
+
+    @property
+    def uses_critic(self) -> bool:
+        """Whether the advantage estimator reads V(s), so a value head is trained."""
+        return self.estimator in registry.CRITIC_ADVANTAGES
+
+
+def _check_unit_interval(key: str, value: float) -> None:
+    if not 0 <= value <= 1:
+        raise ConfigError(f"{key}={value} must lie in [0, 1]")

@@ -1,0 +1,109 @@
+"""The PPO/GRPO update: advantages, then epochs of clipped-loss minibatches (RSL-RL's `update`).
+
+Works on any policy that follows the Policy contract (`evaluate`, `critic_parameters`) without
+importing policies: it is math on the rollout TensorDict. Details that matter, named where they
+happen: separate actor/critic learning rates, critic-only warm-up iterations, grad-norm clipping,
+target-KL early stop of the actor epochs, and a ratio check on the first minibatch (must be 1).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from embodrl.algos.advantage import compute_advantages
+from embodrl.algos.config import AlgoConfig
+from embodrl.algos.ppo_loss import ppo_loss
+from embodrl.data.rollout_buffer import RolloutBuffer
+
+
+class PPO:
+    """Owns the optimizer and runs one update per rollout; GRPO is PPO with the group estimator."""
+
+    def __init__(self, policy: nn.Module, cfg: AlgoConfig, reference: nn.Module | None = None) -> None:
+        self.policy, self.cfg = policy, cfg
+        critic = {id(p) for p in policy.critic_parameters()}
+        actor_params = [p for p in policy.parameters() if id(p) not in critic and p.requires_grad]
+        self._actor_params = actor_params
+        groups = [{"params": actor_params, "lr": cfg.actor_lr, "name": "actor"}]
+        if cfg.uses_critic:
+            groups.append({"params": list(policy.critic_parameters()), "lr": cfg.critic_lr, "name": "critic"})
+        self.optimizer = torch.optim.Adam(groups, eps=1e-5)
+        self.reference = reference
+        if cfg.kl_coef > 0 and reference is None:  # KL to the policy we started from
+            self.reference = copy.deepcopy(policy).requires_grad_(False).eval()
+
+    def update(self, buffer: RolloutBuffer, iteration: int, generator: torch.Generator) -> dict[str, float]:
+        """Compute advantages into the buffer, then optimize; returns mean metrics of the update."""
+        cfg = self.cfg
+        data = buffer.data
+        data.update(compute_advantages(data, buffer.last_value, cfg).to_tensordict())
+        critic_only = cfg.uses_critic and iteration < cfg.critic_warmup_iters
+        sums: dict[str, float] = defaultdict(float)
+        count, stopped_early, first = 0, False, None
+        for _ in range(cfg.num_epochs):
+            for batch in buffer.minibatches(cfg.minibatch_size, generator):
+                batch = batch[batch["mask"]]
+                if batch.batch_size[0] == 0:
+                    continue
+                out = self._loss(batch, critic_only)
+                if first is None:
+                    first = float(out.ratio_max_dev)  # behaviour and current policy are the same here
+                if not critic_only and cfg.target_kl is not None and out.approx_kl > cfg.target_kl:
+                    stopped_early = True
+                    break
+                self.optimizer.zero_grad(set_to_none=True)
+                loss = out.value_loss * cfg.value_coef if critic_only else out.loss
+                loss.backward()
+                if critic_only:  # the value loss must not move a shared encoder during warm-up
+                    for p in self._actor_params:
+                        p.grad = None
+                if cfg.max_grad_norm is not None:
+                    sums["grad_norm"] += float(
+                        nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                    )
+                self.optimizer.step()
+                for key, value in out.metrics().items():
+                    sums[key] += value
+                count += 1
+            if stopped_early:
+                break
+        metrics = {key: value / max(count, 1) for key, value in sums.items()}
+        metrics.update(
+            minibatches=float(count),
+            stopped_early=float(stopped_early),
+            critic_only=float(critic_only),
+            ratio0_maxdev=first if first is not None else 0.0,
+        )
+        return metrics
+
+    def _loss(self, batch: TensorDict, critic_only: bool):
+        cfg = self.cfg
+        ev = self.policy.evaluate(batch["obs"], batch["replay"])
+        ref_logprob = None
+        if cfg.kl_coef > 0 and not critic_only:
+            with torch.no_grad():
+                ref_logprob = self.reference.evaluate(batch["obs"], batch["replay"]).logprob
+        return ppo_loss(
+            cfg,
+            logprob=ev.logprob,
+            old_logprob=batch["logprob"],
+            advantages=batch["advantages"],
+            mask=torch.ones(batch.batch_size[0], dtype=torch.bool, device=ev.logprob.device),
+            entropy=ev.entropy,
+            values=ev.value if cfg.uses_critic else None,
+            old_values=batch["value"] if cfg.uses_critic else None,
+            returns=batch["returns"] if cfg.uses_critic else None,
+            ref_logprob=ref_logprob,
+            traj_length=batch["traj_length"],
+        )
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])

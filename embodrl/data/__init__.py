@@ -1,0 +1,1 @@
+"""Rollout storage and demonstration datasets; importing the package loads nothing heavy."""

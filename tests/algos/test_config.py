@@ -1,0 +1,72 @@
+import pytest
+
+from embodrl.algos import registry
+from embodrl.algos.config import AlgoConfig
+from embodrl.errors import ConfigError
+
+
+def test_defaults_are_valid_and_pick_the_algorithms_estimator():
+    ppo = AlgoConfig()
+    assert ppo.estimator == "gae" and ppo.uses_critic
+    grpo = AlgoConfig(name="grpo")
+    assert grpo.estimator == "grpo" and not grpo.uses_critic
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("name", "sac"),
+        ("advantage", "vtrace"),
+        ("reward_type", "episode"),
+        ("value_loss", "l1"),
+        ("loss_agg", "sum"),
+        ("gamma", 1.5),
+        ("gae_lambda", -0.1),
+        ("clip_eps_low", 1.0),
+        ("clip_eps_high", -0.1),
+        ("dual_clip", 1.0),
+        ("value_clip", 0.0),
+        ("max_grad_norm", -1.0),
+        ("target_kl", 0.0),
+        ("actor_lr", 0.0),
+        ("critic_lr", -1e-3),
+        ("num_epochs", 0),
+        ("minibatch_size", 0),
+        ("entropy_coef", -0.01),
+        ("kl_coef", -1.0),
+        ("critic_warmup_iters", -1),
+        ("group_size", 1),
+        ("grpo_success_range", (0.9, 0.1)),
+        ("grpo_success_range", (0.1, 0.5, 0.9)),
+        ("eps", 0.0),
+    ],
+)
+def test_bad_values_raise_config_error_naming_the_key(key, value):
+    with pytest.raises(ConfigError, match=f"algo.{key}"):
+        AlgoConfig(**{key: value})
+
+
+def test_grpo_cannot_use_a_critic_estimator():
+    with pytest.raises(ConfigError, match="algo.advantage='gae' needs a critic"):
+        AlgoConfig(name="grpo", advantage="gae")
+
+
+def test_success_range_from_yaml_list_becomes_a_tuple():
+    assert AlgoConfig(grpo_success_range=[0.1, 0.9]).grpo_success_range == (0.1, 0.9)
+
+
+def test_registry_resolves_lazily_and_accepts_new_entries():
+    assert set(registry.names("advantage")) >= {"gae", "grpo"}
+    assert callable(registry.get("value_loss", "huber"))
+    with pytest.raises(ConfigError, match="algo.advantage"):
+        registry.get("advantage", "nope")
+
+    def zero_estimator(rollout, last_value, cfg):
+        raise NotImplementedError
+
+    registry.register("advantage", "test-zero", zero_estimator)
+    try:
+        assert registry.get("advantage", "test-zero") is zero_estimator
+        assert AlgoConfig(advantage="test-zero").estimator == "test-zero"
+    finally:
+        registry._ENTRIES["advantage"].pop("test-zero")
