@@ -46,6 +46,29 @@ def cmd_rollout(args: argparse.Namespace) -> None:
     print((run_dir / "summary.json").read_text())
 
 
+def cmd_train(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from embodrl.config import compose, make_run_dir
+    from embodrl.train.rl_runner import OnPolicyRunner
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise UserError(f"--resume {run_dir}: not a run folder (config.yaml is missing)")
+        _, overrides = _experiment_and_overrides(args.config)
+        cfg = compose(str(run_dir / "config.yaml"), overrides)
+    else:
+        experiment, overrides = _experiment_and_overrides(args.config)
+        cfg = compose(experiment, overrides)
+        run_dir = make_run_dir(cfg)
+    print(f"run folder: {run_dir}")
+    final = OnPolicyRunner(cfg, run_dir, resume=bool(args.resume)).learn()
+    print(f"final eval success: {final['eval/success']:.1%} over {cfg.train.eval_episodes} episodes")
+    print(f"checkpoint: {run_dir / 'checkpoints/last/policy'}")
+    print(f"learning curve: {run_dir / 'learning_curve.png'}; videos: {run_dir / 'videos'}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="embodrl",
@@ -78,6 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record", type=int, default=2, help="number of episodes to record as videos (default 2)")
     p.add_argument("--format", choices=["mp4", "gif"], default="mp4", help="video format (default mp4)")
     p.set_defaults(func=cmd_rollout)
+
+    p = sub.add_parser(
+        "train",
+        help="train a policy with PPO or GRPO in simulation",
+        description="On-policy RL: rollouts from seeded initial states, advantages (GAE or GRPO groups), "
+        "clipped-PPO epochs, periodic deterministic evaluation, checkpoints every train.save_every "
+        "iterations (and on Ctrl-C or a crash), TensorBoard logs, metrics.jsonl and a learning curve. "
+        "Start from a checkpoint with policy.init_from=DIR. " + OVERRIDES_HELP,
+    )
+    p.add_argument(
+        "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"
+    )
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    p.set_defaults(func=cmd_train)
     return parser
 
 

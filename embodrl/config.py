@@ -19,8 +19,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from embodrl.algos.config import AlgoConfig
 from embodrl.errors import ConfigError
+from embodrl.policies.config import PolicyConfig
 from embodrl.sims.config import EnvConfig
+from embodrl.train.config import TrainConfig
 
 
 @dataclass
@@ -32,6 +35,9 @@ class ExperimentConfig:
     device: str = "cpu"  # "cpu", "cuda", "cuda:1", ...
     run_root: str = "runs"  # outputs go to <run_root>/<name>/<timestamp>/
     env: EnvConfig = field(default_factory=EnvConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
 
 
 def groups() -> dict[str, type]:

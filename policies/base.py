@@ -48,6 +48,11 @@ class Policy(nn.Module, ABC):
     def value(self, obs: TensorDict) -> torch.Tensor:
         """V(s) [N], used to bootstrap truncated episodes."""
 
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """Parameters trained by the value loss alone (critic learning rate): the modules named
+        `critic` and `value_encoder`; everything else is the actor's."""
+        return [p for name, p in self.named_parameters() if name.startswith(("critic.", "value_encoder."))]
+
     @abstractmethod
     def sft_loss(self, batch: TensorDict) -> torch.Tensor:
         """Behaviour-cloning loss on a batch with observation keys and `action` [B, C, A]."""

@@ -1,0 +1,46 @@
+"""Training checkpoints: the policy (save_pretrained) plus optimizer, RNG and loop state, atomically."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from embodrl.errors import UserError
+
+POLICY_DIR = "policy"
+STATE_FILE = "trainer_state.pt"
+
+
+def save_checkpoint(directory: Path, policy, trainer_state: dict) -> Path:
+    """Write `directory` (policy/ + trainer_state.pt) through a temporary folder: never half a checkpoint."""
+    tmp = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    policy.save_pretrained(tmp / POLICY_DIR)
+    torch.save(trainer_state, tmp / STATE_FILE)
+    old = directory.with_name(directory.name + ".old")
+    if directory.exists():
+        directory.rename(old)
+    tmp.rename(directory)
+    shutil.rmtree(old, ignore_errors=True)
+    return directory
+
+
+def load_trainer_state(directory: Path) -> dict:
+    """The loop state saved next to the policy; raises a UserError when the folder is not a checkpoint."""
+    path = directory / STATE_FILE
+    if not path.is_file():
+        raise UserError(f"{directory} is not a training checkpoint ({STATE_FILE} is missing)")
+    return torch.load(path, weights_only=False)
+
+
+def rng_state(generators: dict[str, torch.Generator]) -> dict:
+    return {"torch": torch.get_rng_state(), **{name: g.get_state() for name, g in generators.items()}}
+
+
+def set_rng_state(state: dict, generators: dict[str, torch.Generator]) -> None:
+    torch.set_rng_state(state["torch"])
+    for name, g in generators.items():
+        g.set_state(state[name])

@@ -1,0 +1,182 @@
+"""`embodrl train`: the on-policy loop. collect -> advantages -> update -> log -> eval -> checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from embodrl.algos.ppo import PPO
+from embodrl.config import ExperimentConfig
+from embodrl.data.rollout_buffer import RolloutBuffer
+from embodrl.errors import UserError
+from embodrl.policies.registry import load_policy, make_policy
+from embodrl.sims.base import VecEnv
+from embodrl.sims.registry import make_env
+from embodrl.train.checkpointing import load_trainer_state, rng_state, save_checkpoint, set_rng_state
+from embodrl.train.collector import SequentialCollector
+from embodrl.train.episodes import run_episodes
+from embodrl.train.logger import MetricsLogger, plot_learning_curve
+from embodrl.train.rollout import summarize
+from embodrl.train.video import write_video
+
+LAST = "checkpoints/last"
+
+
+def build_policy(cfg: ExperimentConfig, env: VecEnv):
+    """A fresh policy shaped for `env`, or the checkpoint named by `policy.init_from`."""
+    if cfg.policy.init_from:
+        policy = load_policy(cfg.policy.init_from, device=cfg.device)
+    else:
+        pcfg = cfg.policy
+        if "task_id" in (*pcfg.obs_keys, *pcfg.value_obs_keys) and pcfg.num_tasks == 0:
+            pcfg = dataclasses.replace(pcfg, num_tasks=len(env.instruction_table))
+        policy = make_policy(pcfg, env.observation_spec, device=cfg.device)
+    if policy.cfg.action_dim != env.action_spec.dim:
+        raise UserError(
+            f"the policy acts in {policy.cfg.action_dim} dims but {cfg.env.suite} expects "
+            f"{env.action_spec.dim}; set policy.action_dim={env.action_spec.dim}"
+        )
+    missing = [k for k in (*policy.cfg.obs_keys, *policy.cfg.value_obs_keys) if k not in env.observation_spec]
+    if missing:
+        raise UserError(
+            f"the policy reads {missing} but the env observes {list(env.observation_spec)}; "
+            "change policy.obs_keys or env.obs_mode"
+        )
+    return policy
+
+
+class OnPolicyRunner:
+    """Trains a policy with PPO/GRPO in one VecEnv; every iteration starts its episodes from reset_to."""
+
+    def __init__(self, cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> None:
+        self.cfg, self.run_dir = cfg, run_dir
+        if cfg.train.torch_threads:
+            torch.set_num_threads(cfg.train.torch_threads)
+        torch.manual_seed(cfg.seed)
+        self.env = make_env(cfg.env, device=cfg.device)
+        self.policy = build_policy(cfg, self.env)
+        self.algo = PPO(self.policy, cfg.algo)
+        chunk = self.policy.cfg.chunk_size
+        steps = cfg.train.rollout_steps or math.ceil(cfg.env.max_episode_steps / chunk)
+        self.buffer = RolloutBuffer(steps, self.env.num_envs, device=cfg.device)
+        self.collector = SequentialCollector(self.env, self.policy, self.buffer)
+        self.generators = {
+            "minibatch": torch.Generator().manual_seed(cfg.seed),
+            "init_states": torch.Generator().manual_seed(cfg.seed + 1),
+        }
+        if cfg.algo.name == "grpo" and self.env.num_envs % cfg.algo.group_size:
+            raise UserError(
+                f"GRPO groups: env.num_envs={self.env.num_envs} must be a multiple of "
+                f"algo.group_size={cfg.algo.group_size}"
+            )
+        self.iteration, self.env_steps, self.wall_time = 0, 0, 0.0
+        if resume:
+            self._restore(run_dir / LAST)
+
+    def _initial_states(self) -> torch.Tensor:
+        """State ids for this iteration's episodes; GRPO groups of G consecutive envs share one."""
+        n, gen = self.env.num_envs, self.generators["init_states"]
+        if self.cfg.algo.name == "grpo":
+            group = self.cfg.algo.group_size
+            ids = torch.randint(self.env.num_init_states, (n // group,), generator=gen)
+            return ids.repeat_interleave(group)
+        return torch.randint(self.env.num_init_states, (n,), generator=gen)
+
+    def learn(self) -> dict:
+        cfg = self.cfg
+        logger = MetricsLogger(self.run_dir, cfg.train.iterations, self.iteration, cfg.train.tensorboard)
+        try:
+            while self.iteration < cfg.train.iterations:
+                metrics = self._iterate()
+                self.iteration += 1
+                if cfg.train.eval_every and self.iteration % cfg.train.eval_every == 0:
+                    metrics.update(self.evaluate(record=0))
+                logger.log(self.iteration, metrics)
+                if self.iteration % cfg.train.save_every == 0:
+                    self.save()
+        finally:  # nothing lost on a crash or Ctrl-C: the last finished iteration is saved
+            logger.close()
+            self.save()
+            plot_learning_curve(self.run_dir)
+        final = self.evaluate(record=2, video_dir=self.run_dir / "videos")
+        (self.run_dir / "final_eval.json").write_text(json.dumps(final, indent=2))
+        plot_learning_curve(self.run_dir)
+        return final
+
+    def _iterate(self) -> dict[str, float]:
+        start = time.perf_counter()
+        obs = self.env.reset_to(self._initial_states())
+        self.collector.tracker.discard_running()
+        _, timings = self.collector.collect(obs)
+        t_collect = time.perf_counter()
+        update = self.algo.update(self.buffer, self.iteration, self.generators["minibatch"])
+        t_update = time.perf_counter()
+        steps = int(self.buffer.data["steps_executed"].sum())
+        self.env_steps += steps
+        self.wall_time += t_update - start
+        metrics = {f"train/{k}": v for k, v in update.items()}
+        metrics.update({f"rollout/{k}": v for k, v in self.collector.tracker.pop().items()})
+        metrics.update({f"time/{k}": v for k, v in timings.items()})
+        metrics.update(
+            {
+                "time/update": t_update - t_collect,
+                "rollout/env_steps": float(self.env_steps),
+                "rollout/env_steps_per_s": steps / max(t_collect - start, 1e-9),
+                "time/wall": self.wall_time,
+            }
+        )
+        return metrics
+
+    def evaluate(self, record: int = 0, video_dir: Path | None = None) -> dict[str, float]:
+        """Deterministic policy on a fixed set of initial states (ids 0..eval_episodes-1)."""
+        cfg = self.cfg
+        eval_env = self.env
+        if cfg.train.eval_envs and cfg.train.eval_envs != self.env.num_envs:
+            eval_env = make_env(dataclasses.replace(cfg.env, num_envs=cfg.train.eval_envs), device=cfg.device)
+        self.policy.eval()
+        try:
+            results = run_episodes(
+                eval_env,
+                lambda obs: self.policy.act(obs, deterministic=True).actions,
+                cfg.train.eval_episodes,
+                record=record,
+            )
+        finally:
+            self.policy.train()
+            if eval_env is not self.env:
+                eval_env.close()
+        for episode, frames in results.frames.items():
+            if frames and video_dir is not None:
+                write_video(video_dir / f"eval_{episode:03d}.mp4", frames)
+        summary = summarize(results)
+        return {
+            "eval/success": summary["success_rate"],
+            "eval/length": summary["mean_length"],
+            "eval/return": summary["mean_return"],
+        }
+
+    def save(self) -> Path:
+        state = {
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "wall_time": self.wall_time,
+            "algo": self.algo.state_dict(),
+            "rng": rng_state(self.generators),
+        }
+        return save_checkpoint(self.run_dir / LAST, self.policy, state)
+
+    def _restore(self, directory: Path) -> None:
+        state = load_trainer_state(directory)
+        self.policy.load_state_dict(load_policy(directory / "policy", device=self.cfg.device).state_dict())
+        self.algo.load_state_dict(state["algo"])
+        set_rng_state(state["rng"], self.generators)
+        self.iteration, self.env_steps, self.wall_time = (
+            state["iteration"],
+            state["env_steps"],
+            state["wall_time"],
+        )

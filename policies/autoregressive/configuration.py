@@ -1,0 +1,23 @@
+"""Autoregressive (token) family configuration (torch-free; nested in PolicyConfig as `autoregressive`)."""
+
+from dataclasses import dataclass
+
+from embodrl.choices import check_choice, check_positive
+
+DECODINGS = ("sequential", "parallel")
+
+
+@dataclass
+class AutoregressiveConfig:
+    """How action tokens are decoded and sampled (references/algorithms.md §A)."""
+
+    # "sequential": one token per forward pass with a KV cache (OpenVLA); "parallel": the whole chunk in
+    # one pass over C*A placeholder slots that attend to each other bidirectionally (OpenVLA-OFT).
+    decoding: str = "sequential"
+    temperature: float = 1.0  # sampling temperature; recorded in replay so evaluate() uses the same
+    top_k: int = 0  # keep the k most likely action tokens when sampling; 0: all 256
+
+    def __post_init__(self) -> None:
+        check_choice("policy.autoregressive.decoding", self.decoding, DECODINGS)
+        check_positive("policy.autoregressive.temperature", self.temperature)
+        check_positive("policy.autoregressive.top_k", self.top_k, allow_zero=True)

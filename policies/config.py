@@ -1,0 +1,97 @@
+"""Policy configuration: fields shared by every family plus one nested dataclass per family (torch-free).
+
+Adding a family: import its configuration dataclass below and add one field named after the family
+(the same name as its `FAMILIES` entry in registry.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from embodrl.choices import check_choice, check_positive
+from embodrl.errors import ConfigError
+from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
+from embodrl.policies.diffusion.configuration import DiffusionConfig
+from embodrl.policies.flow.configuration import FlowConfig
+from embodrl.policies.gaussian.configuration import GaussianConfig
+from embodrl.policies.registry import FAMILIES
+from embodrl.policies.vla.configuration import VLAConfig
+
+LOGPROB_TYPES = (
+    "token",
+    "action",
+    "chunk",
+)  # per action element [N,C,A] / summed over A [N,C] / over C,A [N]
+NORMALIZATIONS = ("mean_std", "quantile", "identity")  # quantile maps q01 -> -1 and q99 -> +1
+OBS_KEYS = ("rgb", "wrist_rgb", "state", "privileged", "task_id")
+IMAGE_KEYS = ("rgb", "wrist_rgb")
+
+
+@dataclass
+class PolicyConfig:
+    """Which family, what it observes, how it acts and how its log-probs are grouped."""
+
+    family: str = "flow"  # `FAMILIES` in policies/registry.py
+    init_from: str | None = None  # a checkpoint folder (e.g. from `embodrl sft`) to start from instead
+    chunk_size: int = 4  # C actions per decision, executed open-loop
+    action_dim: int = 7  # A, must match the env's action_spec.dim
+    obs_keys: tuple[str, ...] = ("state",)  # observation keys the actor reads
+    value_obs_keys: tuple[str, ...] = ()  # keys the critic reads (e.g. ("privileged",)); empty: obs_keys
+    logprob_type: str = "token"
+    state_normalization: str = "mean_std"  # for `state` and `privileged`
+    action_normalization: str = "mean_std"
+    num_tasks: int = 0  # size of the task_id embedding table when "task_id" is observed
+    task_embedding_dim: int = 16
+    cnn_channels: tuple[int, ...] = (32, 64, 64, 64)  # stride-2 3x3 convs of the image encoder
+    image_feature_dim: int = 128
+    image_shift: int = 4  # random-shift augmentation (pixels) in sft_loss; 0 turns it off
+    value_hidden_dims: tuple[int, ...] = (256, 256)
+    gaussian: GaussianConfig = field(default_factory=GaussianConfig)
+    flow: FlowConfig = field(default_factory=FlowConfig)
+    autoregressive: AutoregressiveConfig = field(default_factory=AutoregressiveConfig)
+    diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
+    vla: VLAConfig = field(default_factory=VLAConfig)  # backbone of autoregressive and diffusion
+
+    def __post_init__(self) -> None:
+        check_choice("policy.family", self.family, tuple(FAMILIES))
+        check_positive("policy.chunk_size", self.chunk_size)
+        check_positive("policy.action_dim", self.action_dim)
+        check_positive("policy.image_shift", self.image_shift, allow_zero=True)
+        check_choice("policy.logprob_type", self.logprob_type, LOGPROB_TYPES)
+        check_choice("policy.state_normalization", self.state_normalization, NORMALIZATIONS)
+        check_choice("policy.action_normalization", self.action_normalization, NORMALIZATIONS)
+        if not self.obs_keys:
+            raise ConfigError(
+                "policy.obs_keys is empty; list the observation keys the policy reads, e.g. [state]"
+            )
+        for key in (*self.obs_keys, *self.value_obs_keys):
+            check_choice("policy.obs_keys entry", key, OBS_KEYS)
+        if "task_id" in (*self.obs_keys, *self.value_obs_keys):
+            check_positive("policy.num_tasks (needed because task_id is observed)", self.num_tasks)
+
+    def to_dict(self) -> dict:
+        """Plain nested dict, JSON-ready (`from_dict` turns JSON lists back into tuples)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PolicyConfig:
+        """Inverse of `to_dict`; unknown keys raise a ConfigError naming them."""
+        return _build(cls, data, "policy")
+
+
+def _build(cls: type, data: dict, prefix: str):
+    """Instantiate dataclass `cls` from a (nested) dict, turning JSON lists back into tuples."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown keys {unknown} in {prefix}; valid keys: {', '.join(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        default = fields[name].default_factory() if callable(fields[name].default_factory) else None
+        if dataclasses.is_dataclass(default):
+            value = _build(type(default), value, f"{prefix}.{name}")
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)

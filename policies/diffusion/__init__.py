@@ -1,0 +1,1 @@
+"""Diffusion Policy with the DPPO likelihood: the last denoising steps as a Gaussian MDP."""

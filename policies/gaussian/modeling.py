@@ -1,0 +1,89 @@
+"""Gaussian MLP/CNN actor-critic: a diagonal Gaussian over normalized action chunks (the PPO baseline).
+
+The mean comes from an MLP on the encoded observation (state vector and/or CNN image features); the
+std is a free, state-independent parameter per chunk element. There is no tanh squashing: samples
+are un-normalized to env units and the env clips them to its bounds. Log-probs are taken in
+normalized units (the constant Jacobian of the affine normalization cancels in PPO ratios).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from embodrl.errors import UserError
+from embodrl.policies.base import ActOut, EvalOut, Policy
+from embodrl.policies.checkpoint import CheckpointMixin
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.modules.logprob import reduce_logprob
+from embodrl.policies.modules.mlp import ValueHead, mlp
+from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
+from embodrl.policies.modules.sft import check_action_batch, masked_mean
+
+
+class GaussianPolicy(CheckpointMixin, Policy):
+    """Actor-critic with a Gaussian actor; replay stores the sampled normalized chunk."""
+
+    family = "gaussian"
+
+    def __init__(
+        self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]], device: str = "cpu"
+    ) -> None:
+        super().__init__()
+        self.cfg, self.obs_shapes = cfg, dict(obs_shapes)
+        self.chunk_shape = (cfg.chunk_size, cfg.action_dim)
+        self.normalizers = make_normalizers(cfg, self.obs_shapes)
+        self.encoder = ObsEncoder(cfg, cfg.obs_keys, self.obs_shapes, self.normalizers)
+        self.value_encoder = (
+            ObsEncoder(cfg, cfg.value_obs_keys, self.obs_shapes, self.normalizers)
+            if cfg.value_obs_keys
+            else None
+        )
+        gcfg = cfg.gaussian
+        self.actor = mlp(self.encoder.out_dim, gcfg.hidden_dims, math.prod(self.chunk_shape), gcfg.activation)
+        self.log_std = nn.Parameter(torch.full(self.chunk_shape, math.log(gcfg.init_std)))  # [C, A]
+        critic_in = (self.value_encoder or self.encoder).out_dim
+        self.critic = ValueHead(critic_in, cfg.value_hidden_dims)
+        self.to(device)
+
+    def _distribution(self, features: torch.Tensor) -> torch.distributions.Normal:
+        mean = self.actor(features).view(-1, *self.chunk_shape)  # [N, C, A] normalized units
+        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+
+    def _value(self, obs: TensorDict, features: torch.Tensor) -> torch.Tensor:
+        return self.critic(features if self.value_encoder is None else self.value_encoder(obs))
+
+    @torch.no_grad()
+    def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
+        features = self.encoder(obs)
+        dist = self._distribution(features)
+        action_norm = dist.mean if deterministic else dist.sample()  # [N, C, A]
+        return ActOut(
+            actions=self.normalizers["action"].unnormalize(action_norm),
+            logprob=reduce_logprob(dist.log_prob(action_norm), self.cfg.logprob_type),
+            value=self._value(obs, features),
+            replay=TensorDict({"action_norm": action_norm}, batch_size=action_norm.shape[:1]),
+        )
+
+    def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
+        if "action_norm" not in replay.keys():
+            raise UserError("replay lacks 'action_norm': it was not produced by a gaussian policy's act()")
+        features = self.encoder(obs)
+        dist = self._distribution(features)
+        return EvalOut(
+            logprob=reduce_logprob(dist.log_prob(replay["action_norm"]), self.cfg.logprob_type),
+            entropy=dist.entropy().mean((-2, -1)),  # [N], mean per action element
+            value=self._value(obs, features),
+        )
+
+    def value(self, obs: TensorDict) -> torch.Tensor:
+        return self._value(obs, self.encoder(obs))
+
+    def sft_loss(self, batch: TensorDict) -> torch.Tensor:
+        """MSE between the Gaussian mean and the normalized demo chunk, ignoring padded steps."""
+        target = self.normalizers["action"](check_action_batch(batch, self.chunk_shape))  # [B, C, A]
+        mean = self.actor(self.encoder(batch, augment=True)).view_as(target)
+        return masked_mean((mean - target).pow(2), batch.get("action_is_pad", None))

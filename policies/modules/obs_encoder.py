@@ -1,0 +1,109 @@
+"""Observation TensorDict -> feature vector: normalized vectors, CNN image features, task embeddings."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from embodrl.errors import UserError
+from embodrl.policies.config import IMAGE_KEYS, PolicyConfig
+from embodrl.policies.modules.cnn import ImageEncoder, random_shift
+from embodrl.policies.normalization import Normalizer
+
+VECTOR_KEYS = ("state", "privileged")
+
+
+def make_normalizers(cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]]) -> nn.ModuleDict:
+    """One Normalizer per observed vector key plus `action`; saved with the checkpoint."""
+    norms = {
+        key: Normalizer(key, obs_shapes[key][-1], cfg.state_normalization)
+        for key in VECTOR_KEYS
+        if key in (*cfg.obs_keys, *cfg.value_obs_keys) and key in obs_shapes
+    }
+    norms["action"] = Normalizer("action", cfg.action_dim, cfg.action_normalization)
+    return nn.ModuleDict(norms)
+
+
+class ObsEncoder(nn.Module):
+    """Encodes `keys` of an observation into features [N, out_dim], checking every key first."""
+
+    def __init__(
+        self,
+        cfg: PolicyConfig,
+        keys: tuple[str, ...],
+        obs_shapes: dict[str, tuple[int, ...]],
+        normalizers: nn.ModuleDict,
+    ) -> None:
+        super().__init__()
+        missing = [k for k in keys if k not in obs_shapes]
+        if missing:
+            raise UserError(
+                f"the policy reads observation keys {missing} that the env does not provide "
+                f"(env keys: {sorted(obs_shapes)}); change policy.obs_keys or the env's obs_mode"
+            )
+        self.keys, self.shapes, self.image_shift = (
+            keys,
+            {k: tuple(obs_shapes[k]) for k in keys},
+            cfg.image_shift,
+        )
+        self._normalizers = dict(normalizers.items())  # owned (and saved) by the policy, shared here
+        self.images = nn.ModuleDict(
+            {
+                k: ImageEncoder(self.shapes[k][:2], cfg.cnn_channels, cfg.image_feature_dim)
+                for k in keys
+                if k in IMAGE_KEYS
+            }
+        )
+        self.task_embedding = (
+            nn.Embedding(cfg.num_tasks, cfg.task_embedding_dim) if "task_id" in keys else None
+        )
+        self.out_dim = sum(
+            cfg.image_feature_dim
+            if k in IMAGE_KEYS
+            else cfg.task_embedding_dim
+            if k == "task_id"
+            else self.shapes[k][-1]
+            for k in keys
+        )
+
+    def check(self, obs: TensorDict) -> None:
+        """Raise a UserError naming the first missing or mis-shaped key."""
+        for key in self.keys:
+            if key not in obs.keys():
+                raise UserError(
+                    f"observation is missing key {key!r} that the policy reads; present keys: "
+                    f"{sorted(obs.keys())}"
+                )
+            if key == "task_id" and obs[key].numel() > 0:
+                self._check_task_ids(obs[key])
+            shape = tuple(obs[key].shape[1:])
+            if shape != self.shapes[key]:
+                raise UserError(
+                    f"obs[{key!r}] has per-env shape {list(shape)}; this policy was built for "
+                    f"{list(self.shapes[key])} (a different env, image size or state layout?)"
+                )
+
+    def _check_task_ids(self, task_id: torch.Tensor) -> None:
+        num_tasks = self.task_embedding.num_embeddings
+        if int(task_id.min()) < 0 or int(task_id.max()) >= num_tasks:
+            raise UserError(
+                f"obs['task_id'] holds ids outside [0, {num_tasks}); set policy.num_tasks to the env's "
+                "number of instructions"
+            )
+
+    def forward(self, obs: TensorDict, augment: bool = False) -> torch.Tensor:
+        """Features [N, out_dim]; `augment` applies the random image shift (training only)."""
+        self.check(obs)
+        parts = []
+        for key in self.keys:
+            value = obs[key]
+            if key in self.images:
+                if augment and self.image_shift > 0:
+                    value = random_shift(value, self.image_shift)
+                parts.append(self.images[key](value))
+            elif key == "task_id":
+                parts.append(self.task_embedding(value.long()))
+            else:
+                parts.append(self._normalizers[key](value.float()))
+        return torch.cat(parts, dim=-1)

@@ -1,0 +1,123 @@
+"""VLA backbone architectures: the `nano` CPU preset and full-size OpenVLA and pi0 presets (torch-free)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from embodrl.choices import check_choice, check_positive
+from embodrl.errors import ConfigError
+
+VISION_KINDS = ("siglip", "dinov2")
+LANGUAGE_MODEL_TYPES = ("llama", "qwen2", "gemma")
+PROJECTORS = ("linear", "mlp", "fused_gelu_mlp")
+SIGLIP_MEAN_STD = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))  # SigLIP expects pixels in [-1, 1]
+IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))  # DINOv2
+
+
+@dataclass(frozen=True)
+class VisionTowerConfig:
+    """One ViT image encoder; its patch features (no CLS/register tokens) feed the projector."""
+
+    kind: str  # "siglip" (SiglipVisionModel) or "dinov2" (Dinov2WithRegistersModel)
+    image_size: int
+    patch_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    num_register_tokens: int = 0  # dinov2 only
+    image_mean: tuple[float, float, float] = SIGLIP_MEAN_STD[0]
+    image_std: tuple[float, float, float] = SIGLIP_MEAN_STD[1]
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+
+@dataclass(frozen=True)
+class LanguageModelConfig:
+    """A decoder-only transformer built from its `transformers` config (no pretrained weights)."""
+
+    model_type: str  # "llama" | "qwen2" | "gemma"
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int  # real vocabulary; action tokens are its last 256 ids
+    embedding_rows: int = 0  # rows of the embedding/LM head when padded (OpenVLA: 32000 + <PAD> -> 32064)
+    max_positions: int = 2048
+
+    @property
+    def padded_vocab_size(self) -> int:
+        return max(self.embedding_rows, self.vocab_size)
+
+
+@dataclass(frozen=True)
+class VLAArchitecture:
+    """Vision towers (features concatenated) -> projector -> language model; optional pi0 action expert."""
+
+    vision_towers: tuple[VisionTowerConfig, ...]
+    projector: str  # "linear" (PaliGemma), "mlp" (LLaVA), "fused_gelu_mlp" (Prismatic DINO+SigLIP)
+    language: LanguageModelConfig
+    action_expert: LanguageModelConfig | None = None  # pi0's Gemma-300M expert (used by flow policies)
+
+    @property
+    def vision_dim(self) -> int:
+        return sum(tower.hidden_size for tower in self.vision_towers)
+
+
+_SIGLIP_SO400M_224 = VisionTowerConfig("siglip", 224, 14, 1152, 27, 16, 4304)
+
+PRESETS: dict[str, VLAArchitecture] = {
+    # A few M parameters: 64 px images in 8 px patches, a 4-layer Llama with a 1024-token vocabulary.
+    "nano": VLAArchitecture(
+        vision_towers=(VisionTowerConfig("siglip", 64, 8, 96, 2, 4, 256),),
+        projector="mlp",
+        language=LanguageModelConfig("llama", 128, 4, 4, 2, 32, 384, vocab_size=1024, max_positions=512),
+    ),
+    # OpenVLA-7B: Prismatic DINOv2 ViT-L/14 (4 registers) + SigLIP SO400M/14 at 224 px, fused GELU MLP,
+    # Llama-2 7B with the 32000-token vocabulary (+ <PAD>) padded to 32064 rows.
+    "openvla-7b": VLAArchitecture(
+        vision_towers=(
+            VisionTowerConfig("dinov2", 224, 14, 1024, 24, 16, 4096, 4, *IMAGENET_MEAN_STD),
+            _SIGLIP_SO400M_224,
+        ),
+        projector="fused_gelu_mlp",
+        language=LanguageModelConfig("llama", 4096, 32, 32, 32, 128, 11008, 32000, 32064, 4096),
+    ),
+    # pi0: PaliGemma (SigLIP SO400M/14 at 224 px, linear projector, Gemma 2B) + Gemma-300M action expert.
+    "pi0-3b": VLAArchitecture(
+        vision_towers=(_SIGLIP_SO400M_224,),
+        projector="linear",
+        language=LanguageModelConfig("gemma", 2048, 18, 8, 1, 256, 16384, 257152, max_positions=8192),
+        action_expert=LanguageModelConfig("gemma", 1024, 18, 8, 1, 256, 4096, 257152, max_positions=8192),
+    ),
+}
+
+
+@dataclass
+class VLAConfig:
+    """Which backbone preset, and how instructions are tokenized (nested in PolicyConfig as `vla`)."""
+
+    preset: str = "nano"  # a key of PRESETS
+    # Corpus the instruction tokenizer (byte-level BPE) is trained on when a policy is created; the
+    # trained tokenizer is saved with the checkpoint. Empty: bytes only, which still encodes any text.
+    instructions: tuple[str, ...] = ()
+    tokenizer_vocab_size: int = 512  # text tokens; must leave the last 256 ids free for action tokens
+    max_instruction_tokens: int = 16  # fixed padded length, so positions never depend on the batch
+
+    def __post_init__(self) -> None:
+        check_choice("policy.vla.preset", self.preset, tuple(PRESETS))
+        check_positive("policy.vla.max_instruction_tokens", self.max_instruction_tokens)
+        free = PRESETS[self.preset].language.vocab_size - 256
+        if not 256 < self.tokenizer_vocab_size <= free:
+            raise ConfigError(
+                f"policy.vla.tokenizer_vocab_size={self.tokenizer_vocab_size} must be in (256, {free}] "
+                f"for preset {self.preset!r} (byte alphabet below, 256 action tokens above)"
+            )
+
+    @property
+    def architecture(self) -> VLAArchitecture:
+        return PRESETS[self.preset]

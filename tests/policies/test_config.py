@@ -1,0 +1,61 @@
+"""PolicyConfig: validation, dict round trip, OmegaConf composition."""
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from embodrl.errors import ConfigError
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.flow.configuration import FlowConfig
+from embodrl.policies.registry import FAMILIES
+
+
+def test_dict_round_trip_through_json_restores_tuples_and_nested_configs():
+    cfg = PolicyConfig(family="gaussian", obs_keys=("state", "rgb"), flow=FlowConfig(num_steps=7))
+    restored = PolicyConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert restored == cfg
+    assert isinstance(restored.obs_keys, tuple) and restored.flow.num_steps == 7
+
+
+def test_omegaconf_overrides_reach_nested_family_config():
+    schema = OmegaConf.structured(PolicyConfig)
+    merged = OmegaConf.merge(schema, OmegaConf.from_dotlist(["flow.likelihood=sde", "chunk_size=8"]))
+    cfg = OmegaConf.to_object(merged)
+    assert cfg.flow.likelihood == "sde" and cfg.chunk_size == 8
+
+
+def test_every_registered_family_is_a_valid_choice():
+    for family in FAMILIES:
+        assert PolicyConfig(family=family).family == family
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"family": "nope"}, "policy.family"),
+        ({"logprob_type": "step"}, "policy.logprob_type"),
+        ({"obs_keys": ("state", "depth")}, "obs_keys"),
+        ({"obs_keys": ()}, "obs_keys is empty"),
+        ({"obs_keys": ("state", "task_id")}, "num_tasks"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"action_normalization": "minmax"}, "action_normalization"),
+    ],
+)
+def test_invalid_values_raise_config_error_naming_the_key(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        PolicyConfig(**kwargs)
+
+
+def test_flow_config_rejects_empty_noise_range_and_unknown_head():
+    with pytest.raises(ConfigError, match="noise_std_max"):
+        FlowConfig(noise_std_min=0.2, noise_std_max=0.1)
+    with pytest.raises(ConfigError, match="likelihood"):
+        FlowConfig(likelihood="exact")
+
+
+def test_from_dict_rejects_unknown_keys():
+    data = PolicyConfig().to_dict()
+    data["flow"]["num_stepz"] = 3
+    with pytest.raises(ConfigError, match="num_stepz"):
+        PolicyConfig.from_dict(data)

@@ -1,0 +1,177 @@
+"""The Policy contract for the Gaussian and flow families: shapes, ratio == 1, save -> load, bad input."""
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from embodrl.errors import UserError
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.flow.configuration import FlowConfig
+from embodrl.policies.normalization import compute_stats
+from embodrl.policies.registry import load_policy, make_policy
+
+N, C, A, S = 6, 3, 4, 5
+SHAPES = {"state": (S,), "rgb": (64, 64, 3), "privileged": (7,), "task_id": ()}
+VARIANTS = {
+    "gaussian": dict(family="gaussian"),
+    "flow-noise": dict(family="flow", flow=FlowConfig(likelihood="noise")),
+    "flow-noise-sum": dict(family="flow", flow=FlowConfig(likelihood="noise", chain_reduction="sum")),
+    "flow-sde": dict(family="flow", flow=FlowConfig(likelihood="sde")),
+}
+LOGPROB_SHAPES = {"token": (N, C, A), "action": (N, C), "chunk": (N,)}
+
+
+def make_obs(n: int = N, seed: int = 0) -> TensorDict:
+    g = torch.Generator().manual_seed(seed)
+    return TensorDict(
+        {
+            "state": torch.randn(n, S, generator=g) * 3 + 1,
+            "rgb": torch.randint(0, 256, (n, 64, 64, 3), generator=g, dtype=torch.uint8),
+            "privileged": torch.randn(n, 7, generator=g),
+            "task_id": torch.randint(0, 3, (n,), generator=g),
+        },
+        batch_size=[n],
+    )
+
+
+def build(variant: str, obs_keys=("state",), **kwargs):
+    torch.manual_seed(0)
+    cfg = PolicyConfig(
+        chunk_size=C, action_dim=A, obs_keys=obs_keys, num_tasks=3, **VARIANTS[variant], **kwargs
+    )
+    policy = make_policy(cfg, SHAPES)
+    policy.set_normalization(
+        {
+            "state": compute_stats(torch.randn(100, S) * 3 + 1),
+            "action": compute_stats(torch.rand(100, A) * 0.5),
+            "observation.images.rgb": {"mean": [0.0]},  # keys the policy does not use are ignored
+        }
+    )
+    return policy
+
+
+@pytest.mark.parametrize("logprob_type", ["token", "action", "chunk"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_act_shapes_and_evaluate_recomputes_identical_logprobs(variant, logprob_type):
+    policy = build(variant, logprob_type=logprob_type)
+    obs = make_obs()
+    out = policy.act(obs)
+    assert out.actions.shape == (N, C, A) and out.actions.dtype == torch.float32
+    assert out.logprob.shape == LOGPROB_SHAPES[logprob_type]
+    assert out.value.shape == (N,) and out.replay.batch_size == torch.Size([N])
+    assert not out.logprob.requires_grad
+    ev = policy.evaluate(obs, out.replay)
+    ratio = (ev.logprob - out.logprob).exp()
+    assert torch.equal(ratio, torch.ones_like(ratio))  # exactly 1, not approximately
+    assert torch.equal(ev.value, out.value)
+    # A shuffled minibatch recomputes the same values up to rounding (BLAS kernels vary with batch size).
+    subset = torch.tensor([4, 0, 3])
+    torch.testing.assert_close(policy.evaluate(obs[subset], out.replay[subset]).logprob, out.logprob[subset])
+    assert ev.entropy.shape == (N,) and torch.isfinite(ev.entropy).all()
+    ev.logprob.sum().backward()  # evaluate carries gradients to the actor
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.parameters())
+
+
+@pytest.mark.parametrize("variant", ["gaussian", "flow-noise", "flow-sde"])
+def test_ratio_is_one_with_images_task_ids_and_a_privileged_critic(variant):
+    policy = build(variant, obs_keys=("rgb", "state", "task_id"), value_obs_keys=("privileged",))
+    obs = make_obs()
+    out = policy.act(obs)
+    ev = policy.evaluate(obs, out.replay)
+    assert torch.equal(ev.logprob, out.logprob)
+    changed = obs.clone()
+    changed["privileged"] = changed["privileged"] + 1.0
+    assert not torch.allclose(policy.value(changed), out.value)  # the critic reads `privileged`
+
+
+@pytest.mark.parametrize("variant", ["gaussian", "flow-noise", "flow-sde"])
+def test_save_then_load_gives_identical_outputs(variant, tmp_path):
+    policy = build(variant, obs_keys=("state", "rgb"))
+    policy.save_pretrained(tmp_path)
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "config.json",
+        "model.safetensors",
+        "normalization.safetensors",
+    }
+    loaded = load_policy(tmp_path)
+    assert type(loaded) is type(policy)
+    obs = make_obs()
+    for deterministic in (True, False):
+        torch.manual_seed(1)
+        expected = policy.act(obs, deterministic=deterministic)
+        torch.manual_seed(1)
+        got = loaded.act(obs, deterministic=deterministic)
+        assert torch.equal(got.actions, expected.actions)
+        assert torch.equal(got.logprob, expected.logprob)
+        assert torch.equal(got.value, expected.value)
+
+
+def test_loading_a_checkpoint_with_the_wrong_family_class_says_which_family_it_is(tmp_path):
+    build("gaussian").save_pretrained(tmp_path)
+    flow_class = type(build("flow-noise"))
+    with pytest.raises(UserError, match="'gaussian' policy"):
+        flow_class.from_pretrained(tmp_path)
+    with pytest.raises(UserError, match="config.json is missing"):
+        load_policy(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("variant", ["gaussian", "flow-noise"])
+def test_deterministic_act_is_repeatable_given_the_seed_and_sampling_differs(variant):
+    policy = build(variant)
+    obs = make_obs()
+    torch.manual_seed(3)
+    a = policy.act(obs, deterministic=True).actions
+    torch.manual_seed(3)
+    b = policy.act(obs, deterministic=True).actions
+    torch.manual_seed(3)
+    c = policy.act(obs).actions
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("variant", ["gaussian", "flow-noise", "flow-sde"])
+def test_sft_loss_is_a_differentiable_scalar_that_ignores_padded_steps(variant):
+    policy = build(variant, obs_keys=("state", "rgb"))
+    batch = make_obs()
+    batch["action"] = torch.rand(N, C, A)
+    is_pad = torch.zeros(N, C, dtype=torch.bool)
+    is_pad[:, -1] = True
+    batch["action_is_pad"] = is_pad
+    torch.manual_seed(0)
+    loss = policy.sft_loss(batch)
+    assert loss.dim() == 0 and loss.requires_grad
+    batch["action"][:, -1] = 1e3  # padded targets must not matter
+    torch.manual_seed(0)
+    assert torch.allclose(policy.sft_loss(batch), loss)
+
+
+@pytest.mark.parametrize("variant", ["gaussian", "flow-noise"])
+def test_bad_inputs_raise_user_errors_that_say_what_is_wrong(variant):
+    policy = build(variant)
+    obs = make_obs()
+    with pytest.raises(UserError, match="missing key 'state'"):
+        policy.act(obs.exclude("state"))
+    bad_state = obs.clone()
+    bad_state["state"] = torch.randn(N, S + 2)
+    with pytest.raises(UserError, match=r"obs\['state'\] has per-env shape \[7\].*built for \[5\]"):
+        policy.act(bad_state)
+    batch = obs.clone()
+    batch["action"] = torch.rand(N, C + 1, A)
+    with pytest.raises(UserError, match="chunk_size"):
+        policy.sft_loss(batch)
+    with pytest.raises(UserError, match="'action' entry"):
+        policy.sft_loss(obs)
+    with pytest.raises(UserError, match="replay lacks"):
+        policy.evaluate(obs, TensorDict({}, batch_size=[N]))
+    with pytest.raises(UserError, match="state.std have 2 values"):
+        policy.set_normalization({"state": {"std": [1.0, 2.0]}})
+
+
+def test_env_without_the_observed_key_and_out_of_range_task_ids_are_reported():
+    cfg = PolicyConfig(family="flow", obs_keys=("state", "rgb"), chunk_size=C, action_dim=A)
+    with pytest.raises(UserError, match=r"\['rgb'\].*does not provide"):
+        make_policy(cfg, {"state": (S,)})
+    policy = build("flow-noise", obs_keys=("state", "task_id"))
+    obs = make_obs()
+    obs["task_id"] = torch.full((N,), 3)
+    with pytest.raises(UserError, match="num_tasks"):
+        policy.act(obs)

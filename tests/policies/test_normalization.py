@@ -1,0 +1,43 @@
+"""Normalizer round trips and stats checks."""
+
+import pytest
+import torch
+
+from embodrl.errors import UserError
+from embodrl.policies.normalization import Normalizer, compute_stats
+
+
+@pytest.mark.parametrize("mode", ["mean_std", "quantile", "identity"])
+def test_unnormalize_inverts_normalize(mode):
+    data = torch.randn(500, 3) * torch.tensor([1.0, 5.0, 0.1]) + torch.tensor([0.0, 2.0, -1.0])
+    norm = Normalizer("action", 3, mode)
+    norm.set_stats(compute_stats(data))
+    torch.testing.assert_close(norm.unnormalize(norm(data)), data, atol=1e-5, rtol=1e-5)
+
+
+def test_mean_std_and_quantile_scale_as_documented():
+    data = torch.randn(10_000, 2) * 3 + 1
+    stats = compute_stats(data)
+    standard = Normalizer("state", 2, "mean_std")
+    standard.set_stats(stats)
+    z = standard(data)
+    torch.testing.assert_close(z.mean(0), torch.zeros(2), atol=1e-4, rtol=0)
+    torch.testing.assert_close(z.std(0), torch.ones(2), atol=1e-3, rtol=0)
+    quantile = Normalizer("action", 2, "quantile")
+    quantile.set_stats(stats)
+    torch.testing.assert_close(quantile(stats["q01"]), -torch.ones(2))
+    torch.testing.assert_close(quantile(stats["q99"]), torch.ones(2))
+
+
+def test_defaults_are_identity_and_constant_dims_stay_finite():
+    norm = Normalizer("state", 2, "mean_std")
+    x = torch.randn(4, 2)
+    torch.testing.assert_close(norm(x), x, atol=1e-5, rtol=1e-5)
+    norm.set_stats(compute_stats(torch.ones(10, 2)))  # std 0
+    assert torch.isfinite(norm(x)).all()
+
+
+def test_stats_of_wrong_size_raise_user_error():
+    norm = Normalizer("state", 3, "mean_std")
+    with pytest.raises(UserError, match="state.mean have 2 values"):
+        norm.set_stats({"mean": [0.0, 1.0], "min": [0.0]})

@@ -1,0 +1,30 @@
+"""Registry: families by name, env observation specs as input, checkpoint loading by family."""
+
+import pytest
+import torch
+
+from embodrl.errors import UserError
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.flow.modeling import FlowPolicy
+from embodrl.policies.gaussian.modeling import GaussianPolicy
+from embodrl.policies.registry import load_policy, make_policy, policy_class
+from embodrl.sims.base import TensorSpec
+
+
+def test_make_policy_accepts_an_env_observation_spec_and_builds_the_named_family():
+    spec = {"state": TensorSpec((9,), torch.float32), "rgb": TensorSpec((64, 64, 3), torch.uint8)}
+    policy = make_policy(PolicyConfig(family="gaussian", action_dim=4), spec)
+    assert isinstance(policy, GaussianPolicy) and policy.obs_shapes["state"] == (9,)
+    assert isinstance(make_policy(PolicyConfig(family="flow"), {"state": (9,)}), FlowPolicy)
+
+
+def test_unknown_family_lists_the_valid_ones():
+    with pytest.raises(UserError, match="valid families: gaussian, flow"):
+        policy_class("transformer")
+
+
+def test_load_policy_dispatches_on_the_saved_family(tmp_path):
+    make_policy(PolicyConfig(family="flow", action_dim=2), {"state": (3,)}).save_pretrained(tmp_path / "flow")
+    assert isinstance(load_policy(tmp_path / "flow"), FlowPolicy)
+    with pytest.raises(UserError, match="not a policy checkpoint"):
+        load_policy(tmp_path)
