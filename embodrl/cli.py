@@ -46,27 +46,98 @@ def cmd_rollout(args: argparse.Namespace) -> None:
     print((run_dir / "summary.json").read_text())
 
 
-def cmd_train(args: argparse.Namespace) -> None:
+def _run_config(args: argparse.Namespace):
+    """(config, run folder): a new run folder, or the one being resumed with its saved config."""
     from pathlib import Path
 
     from embodrl.config import compose, make_run_dir
-    from embodrl.train.rl_runner import OnPolicyRunner
 
+    experiment, overrides = _experiment_and_overrides(args.config)
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
             raise UserError(f"--resume {run_dir}: not a run folder (config.yaml is missing)")
-        _, overrides = _experiment_and_overrides(args.config)
-        cfg = compose(str(run_dir / "config.yaml"), overrides)
-    else:
-        experiment, overrides = _experiment_and_overrides(args.config)
-        cfg = compose(experiment, overrides)
-        run_dir = make_run_dir(cfg)
+        if experiment is not None:
+            raise UserError("--resume continues a run with its saved config; pass only key=value overrides")
+        return compose(str(run_dir / "config.yaml"), overrides), run_dir
+    cfg = compose(experiment, overrides)
+    return cfg, make_run_dir(cfg)
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from embodrl.train.rl_runner import OnPolicyRunner
+
+    cfg, run_dir = _run_config(args)
     print(f"run folder: {run_dir}")
     final = OnPolicyRunner(cfg, run_dir, resume=bool(args.resume)).learn()
     print(f"final eval success: {final['eval/success']:.1%} over {cfg.train.eval_episodes} episodes")
     print(f"checkpoint: {run_dir / 'checkpoints/last/policy'}")
     print(f"learning curve: {run_dir / 'learning_curve.png'}; videos: {run_dir / 'videos'}")
+
+
+def cmd_sft(args: argparse.Namespace) -> None:
+    from embodrl.train.sft_runner import SFTRunner
+
+    cfg, run_dir = _run_config(args)
+    print(f"run folder: {run_dir}")
+    summary = SFTRunner(cfg, run_dir, resume=bool(args.resume)).learn()
+    lo, hi = summary["success_ci95"]
+    print(
+        f"success after SFT: {summary['success_rate']:.1%} (95% CI {lo:.1%}-{hi:.1%}) "
+        f"over {summary['episodes']} episodes"
+    )
+    print(f"checkpoint: {run_dir / 'checkpoints/last/policy'} (use it with policy.init_from=...)")
+
+
+def cmd_collect(args: argparse.Namespace) -> None:
+    from embodrl.config import compose
+    from embodrl.data.collect import CollectConfig, collect_demos
+
+    experiment, overrides = _experiment_and_overrides(args.config)
+    cfg = compose(experiment, overrides)
+    collect_cfg = CollectConfig(episodes_per_task=args.episodes_per_task, noise_std=args.noise, seed=cfg.seed)
+    stats = collect_demos(cfg.env, args.out, collect_cfg)
+    print(stats.summary())
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    import json
+    from pathlib import Path
+
+    from embodrl.config import compose
+    from embodrl.policies.registry import load_policy
+    from embodrl.sims.registry import make_env
+    from embodrl.train.evaluation import evaluate_policy, summarize
+
+    checkpoint = Path(args.checkpoint)
+    # A checkpoint inside a run folder (runs/x/t/checkpoints/last/policy) evaluates in that run's env.
+    saved = next(
+        (p / "config.yaml" for p in checkpoint.resolve().parents if (p / "config.yaml").is_file()), None
+    )
+    cfg = compose(str(saved) if saved else None, args.overrides)
+    policy = load_policy(checkpoint, device=cfg.device)
+    out = Path(args.out) if args.out else checkpoint / "eval"
+    with make_env(cfg.env, device=cfg.device) as env:
+        results = evaluate_policy(
+            policy,
+            env,
+            args.episodes,
+            args.record,
+            out / "videos",
+            deterministic=not args.stochastic,
+            progress=True,
+        )
+    summary = summarize(results)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    lo, hi = summary["success_ci95"]
+    print(
+        f"success: {summary['success_rate']:.1%} (95% CI {lo:.1%}-{hi:.1%}) over {summary['episodes']} "
+        f"episodes; mean length {summary['mean_length']:.1f}"
+    )
+    for text, rate in summary["per_instruction"].items():
+        print(f"  {rate:6.1%}  {text}")
+    print(f"outputs: {out}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,6 +186,62 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser(
+        "collect",
+        help="record scripted-expert demonstrations as a LeRobotDataset v3",
+        description="Run the suite's scripted experts and write successful episodes as a LeRobotDataset v3 "
+        "folder (parquet + mp4 + meta/), readable by LeRobot/openpi tooling and by `embodrl sft`. With "
+        "env.obs_mode=rgb the camera images are stored as videos. Failed expert episodes are dropped and "
+        "counted. " + OVERRIDES_HELP,
+    )
+    p.add_argument(
+        "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"
+    )
+    p.add_argument("--out", required=True, help="dataset folder to create")
+    p.add_argument(
+        "--episodes-per-task", type=int, default=50, help="successful episodes per task (default 50)"
+    )
+    p.add_argument(
+        "--noise",
+        type=float,
+        default=0.0,
+        help="DART noise std: odd episodes execute noisy actions, labelled with the clean expert action",
+    )
+    p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser(
+        "sft",
+        help="behaviour cloning of any policy family from a dataset",
+        description="Supervised fine-tuning (behaviour cloning) from a LeRobotDataset v3 folder: AdamW "
+        "with warm-up + cosine, grad clipping, fp32 or bf16, progress with loss and samples/s, TensorBoard, "
+        "periodic evaluation in the env, checkpoints, --resume. Set sft.dataset=DIR; "
+        "sft.episodes_per_task=k for few-shot. " + OVERRIDES_HELP,
+    )
+    p.add_argument(
+        "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"
+    )
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    p.set_defaults(func=cmd_sft)
+
+    p = sub.add_parser(
+        "eval",
+        help="success rate of a checkpoint with 95%% confidence intervals and videos",
+        description="Evaluate a policy checkpoint on a fixed seeded set of episodes: success rate per "
+        "instruction with a 95%% Wilson interval, mean episode length, videos and summary.json. A checkpoint "
+        "inside a run folder is evaluated in that run's env unless overridden (key=value).",
+    )
+    p.add_argument("checkpoint", help="policy folder (config.json + model.safetensors)")
+    p.add_argument(
+        "overrides", nargs="*", metavar="OVERRIDES", help="key=value overrides, e.g. env.num_envs=16"
+    )
+    p.add_argument("--episodes", type=int, default=100, help="number of episodes (default 100)")
+    p.add_argument("--record", type=int, default=4, help="episodes recorded as mp4 (default 4)")
+    p.add_argument(
+        "--stochastic", action="store_true", help="sample actions instead of the deterministic mode"
+    )
+    p.add_argument("--out", help="output folder (default CHECKPOINT/eval)")
+    p.set_defaults(func=cmd_eval)
     return parser
 
 

@@ -20,10 +20,11 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from embodrl.algos.config import AlgoConfig
+from embodrl.engine.config import EngineConfig
 from embodrl.errors import ConfigError
 from embodrl.policies.config import PolicyConfig
 from embodrl.sims.config import EnvConfig
-from embodrl.train.config import TrainConfig
+from embodrl.train.config import SFTConfig, TrainConfig
 
 
 @dataclass
@@ -38,6 +39,8 @@ class ExperimentConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
 
 
 def groups() -> dict[str, type]:

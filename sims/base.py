@@ -102,6 +102,10 @@ class VecEnv(ABC):
     def render(self, env_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Video frames uint8 [n, H, W, 3] of envs `env_ids` (default all)."""
 
+    def expert_actions(self) -> torch.Tensor:
+        """The scripted expert's next action [N, A] per env, for suites that have one."""
+        raise UserError(f"suite {type(self).__name__} has no scripted expert; use a tabletop suite for demos")
+
     def instructions(self, task_id: torch.Tensor) -> list[str]:
         """Instruction strings for a [N] tensor of task ids (obs["task_id"])."""
         table = self.instruction_table

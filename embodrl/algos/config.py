@@ -51,6 +51,8 @@ class AlgoConfig:
     # GRPO: keep only groups whose success rate lies in [lo, hi], e.g. (0.1, 0.9); None keeps all
     grpo_success_range: tuple[float, float] | None = None
     eps: float = 1e-6  # added to the std in group and advantage normalization
+    # async rollouts (decoupled PPO): cap of the weight pi_prox / pi_behaviour of stale samples; None: no cap
+    behaviour_weight_cap: float | None = 5.0
 
     def __post_init__(self) -> None:
         check_choice("algo.name", self.name, ALGORITHMS)
@@ -71,7 +73,7 @@ class AlgoConfig:
             raise ConfigError(f"algo.clip_eps_low={self.clip_eps_low} must be < 1 (the ratio is positive)")
         if self.dual_clip is not None and self.dual_clip <= 1:
             raise ConfigError(f"algo.dual_clip={self.dual_clip} must be > 1, or null to turn it off")
-        for key in ("value_clip", "max_grad_norm", "target_kl"):
+        for key in ("value_clip", "max_grad_norm", "target_kl", "behaviour_weight_cap"):
             if getattr(self, key) is not None:
                 check_positive(f"algo.{key}", getattr(self, key))
         for key in ("huber_delta", "actor_lr", "critic_lr", "num_epochs", "minibatch_size", "eps"):

@@ -4,6 +4,13 @@ Works on any policy that follows the Policy contract (`evaluate`, `critic_parame
 importing policies: it is math on the rollout TensorDict. Details that matter, named where they
 happen: separate actor/critic learning rates, critic-only warm-up iterations, grad-norm clipping,
 target-KL early stop of the actor epochs, and a ratio check on the first minibatch (must be 1).
+
+Samples from an asynchronous rollout carry the weight `version` that produced them. Where it is
+older than the actor's (`iteration`: the number of updates done), the update uses decoupled PPO
+(Hilton et al. 2022, as in AReaL): the clipped ratio is taken against the proximal policy (the
+actor's weights at the start of this update, recomputed here) and the surrogate is weighted by
+pi_prox / pi_behaviour, capped at `algo.behaviour_weight_cap`. Fresh samples keep the stored
+log-prob as proximal one, so a rollout without stale samples gives exactly the synchronous update.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from embodrl.algos.advantage import compute_advantages
 from embodrl.algos.config import AlgoConfig
 from embodrl.algos.ppo_loss import ppo_loss
 from embodrl.data.rollout_buffer import RolloutBuffer
+
+_MAX_LOG_WEIGHT = 20.0  # exp() beyond this overflows float32
 
 
 class PPO:
@@ -42,6 +51,7 @@ class PPO:
         cfg = self.cfg
         data = buffer.data
         data.update(compute_advantages(data, buffer.last_value, cfg).to_tensordict())
+        data["prox_logprob"] = self._proximal_logprob(data, iteration)
         critic_only = cfg.uses_critic and iteration < cfg.critic_warmup_iters
         sums: dict[str, float] = defaultdict(float)
         count, stopped_early, first = 0, False, None
@@ -81,6 +91,19 @@ class PPO:
         )
         return metrics
 
+    @torch.no_grad()
+    def _proximal_logprob(self, data: TensorDict, version: int) -> torch.Tensor:
+        """Log-probs [T, N, ...] of the current weights where samples are stale, the stored ones elsewhere."""
+        prox = data["logprob"].clone()
+        if "version" not in data.keys():
+            return prox
+        stale = (data["version"] != version).nonzero()  # [S, 2] (t, n) of samples from older weights
+        for start in range(0, stale.shape[0], self.cfg.minibatch_size):
+            t, n = stale[start : start + self.cfg.minibatch_size].unbind(-1)
+            samples = data[t, n]
+            prox[t, n] = self.policy.evaluate(samples["obs"], samples["replay"]).logprob
+        return prox
+
     def _loss(self, batch: TensorDict, critic_only: bool):
         cfg = self.cfg
         ev = self.policy.evaluate(batch["obs"], batch["replay"])
@@ -91,7 +114,8 @@ class PPO:
         return ppo_loss(
             cfg,
             logprob=ev.logprob,
-            old_logprob=batch["logprob"],
+            old_logprob=batch["prox_logprob"],
+            behaviour_weight=self._behaviour_weight(batch),
             advantages=batch["advantages"],
             mask=torch.ones(batch.batch_size[0], dtype=torch.bool, device=ev.logprob.device),
             entropy=ev.entropy,
@@ -101,6 +125,15 @@ class PPO:
             ref_logprob=ref_logprob,
             traj_length=batch["traj_length"],
         )
+
+    def _behaviour_weight(self, batch: TensorDict) -> torch.Tensor | None:
+        """pi_prox / pi_behaviour per element (decoupled PPO); None when every sample is fresh."""
+        log_weight = batch["prox_logprob"] - batch["logprob"]
+        if not log_weight.any():
+            return None
+        weight = log_weight.clamp(max=_MAX_LOG_WEIGHT).exp()
+        cap = self.cfg.behaviour_weight_cap
+        return weight if cap is None else weight.clamp(max=cap)
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict()}

@@ -5,6 +5,8 @@ Per element of the log-prob granularity (token [B, C, A], action [B, C] or chunk
     L      = max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high))
     dual clip (c > 1), for A < 0 only:  L = min(L, -c * A)
     loss   = agg(L) - entropy_coef * agg(H) + value_coef * agg(V loss) + kl_coef * agg(KL_k3(pi || pi_ref))
+Decoupled PPO (stale samples of an async rollout): old_logprob is the proximal policy's and L is
+multiplied by behaviour_weight = pi_prox / pi_behaviour (1 for fresh samples).
 Aggregations over valid elements: "token-mean" weighs every element alike; "seq-mean-token-mean"
 weighs element by 1 / (its trajectory's length), so every trajectory contributes equally (RLinf's
 masked_mean_ratio), self-normalized within the minibatch.
@@ -118,6 +120,7 @@ def ppo_loss(
     returns: torch.Tensor | None = None,  # [B] value targets
     ref_logprob: torch.Tensor | None = None,  # like logprob, from the frozen reference policy
     traj_length: torch.Tensor | None = None,  # [B], needed by loss_agg="seq-mean-token-mean"
+    behaviour_weight: torch.Tensor | None = None,  # like logprob: pi_prox / pi_behaviour (decoupled PPO)
 ) -> PPOLossOut:
     """Clipped surrogate + value + entropy + reference-KL terms over one minibatch (module docstring)."""
     mask = broadcast_like(mask.bool(), logprob)
@@ -127,6 +130,9 @@ def ppo_loss(
     surrogate, clip_active, dual_active = clipped_surrogate(
         ratio, broadcast_like(advantages, ratio), cfg.clip_eps_low, cfg.clip_eps_high, cfg.dual_clip
     )
+
+    if behaviour_weight is not None:
+        surrogate = surrogate * behaviour_weight.detach()
 
     def agg(x: torch.Tensor, m: torch.Tensor = mask) -> torch.Tensor:
         return aggregate(x, m, cfg.loss_agg, traj_length)

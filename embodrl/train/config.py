@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from embodrl.choices import check_positive
+from embodrl.choices import check_choice, check_positive
 
 
 @dataclass
@@ -25,3 +25,32 @@ class TrainConfig:
             check_positive(f"train.{key}", getattr(self, key), allow_zero=True)
         check_positive("train.eval_episodes", self.eval_episodes)
         check_positive("train.save_every", self.save_every)
+
+
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass
+class SFTConfig:
+    """Behaviour cloning from a LeRobotDataset v3 folder."""
+
+    dataset: str = ""  # folder written by `embodrl collect` (or any LeRobotDataset v3)
+    episodes_per_task: int = 0  # few-shot: use the first k episodes of each task; 0 = all
+    steps: int = 4000
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 1e-4
+    warmup_steps: int = 100  # linear warm-up, then cosine decay to 0 at `steps`
+    max_grad_norm: float = 1.0
+    precision: str = "fp32"  # bf16 autocasts the forward pass (CUDA, or CPUs with bf16 support)
+    eval_every: int = 1000  # steps; 0 turns periodic evaluation off (a final one always runs)
+    eval_episodes: int = 50
+    save_every: int = 1000
+    num_workers: int = 0  # DataLoader worker processes
+
+    def __post_init__(self) -> None:
+        check_choice("sft.precision", self.precision, PRECISIONS)
+        for key in ("steps", "batch_size", "lr", "eval_episodes", "save_every", "max_grad_norm"):
+            check_positive(f"sft.{key}", getattr(self, key))
+        for key in ("episodes_per_task", "weight_decay", "warmup_steps", "eval_every", "num_workers"):
+            check_positive(f"sft.{key}", getattr(self, key), allow_zero=True)

@@ -14,6 +14,8 @@ BAR_FIELDS = {
     "rollout/return": "ret",
     "train/approx_kl": "kl",
     "train/clip_fraction": "clip",
+    "sft/loss": "loss",
+    "sft/samples_per_s": "samples/s",
     "eval/success": "eval",
 }
 
@@ -41,6 +43,10 @@ class MetricsLogger:
             self.writer.flush()
         self.shown.update({label: metrics[key] for key, label in BAR_FIELDS.items() if key in metrics})
         self.bar.set_postfix({k: f"{v:.3g}" for k, v in self.shown.items()}, refresh=False)
+        self.bar.update(1)
+
+    def advance(self) -> None:
+        """Count a step that logged nothing."""
         self.bar.update(1)
 
     def close(self) -> None:

@@ -13,16 +13,16 @@ import torch
 from embodrl.algos.ppo import PPO
 from embodrl.config import ExperimentConfig
 from embodrl.data.rollout_buffer import RolloutBuffer
+from embodrl.engine.env_client import StagedEnv
+from embodrl.engine.faults import collect_with_retries
+from embodrl.engine.schedules import make_schedule
 from embodrl.errors import UserError
 from embodrl.policies.registry import load_policy, make_policy
 from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
 from embodrl.train.checkpointing import load_trainer_state, rng_state, save_checkpoint, set_rng_state
-from embodrl.train.collector import SequentialCollector
-from embodrl.train.episodes import run_episodes
+from embodrl.train.evaluation import eval_metrics, evaluate_policy
 from embodrl.train.logger import MetricsLogger, plot_learning_curve
-from embodrl.train.rollout import summarize
-from embodrl.train.video import write_video
 
 LAST = "checkpoints/last"
 
@@ -58,13 +58,13 @@ class OnPolicyRunner:
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.seed)
-        self.env = make_env(cfg.env, device=cfg.device)
+        self.env = StagedEnv(cfg.env, cfg.engine, device=cfg.device)
         self.policy = build_policy(cfg, self.env)
         self.algo = PPO(self.policy, cfg.algo)
         chunk = self.policy.cfg.chunk_size
         steps = cfg.train.rollout_steps or math.ceil(cfg.env.max_episode_steps / chunk)
         self.buffer = RolloutBuffer(steps, self.env.num_envs, device=cfg.device)
-        self.collector = SequentialCollector(self.env, self.policy, self.buffer)
+        self.schedule = make_schedule(cfg.engine, self.env, self.policy, self.buffer, cfg.device)
         self.generators = {
             "minibatch": torch.Generator().manual_seed(cfg.seed),
             "init_states": torch.Generator().manual_seed(cfg.seed + 1),
@@ -74,9 +74,10 @@ class OnPolicyRunner:
                 f"GRPO groups: env.num_envs={self.env.num_envs} must be a multiple of "
                 f"algo.group_size={cfg.algo.group_size}"
             )
-        self.iteration, self.env_steps, self.wall_time = 0, 0, 0.0
+        self.iteration, self.env_steps, self.wall_time, self.env_restarts = 0, 0, 0.0, 0
         if resume:
             self._restore(run_dir / LAST)
+        self.schedule.push_weights(self.policy, self.iteration)  # weight version = updates done
 
     def _initial_states(self) -> torch.Tensor:
         """State ids for this iteration's episodes; GRPO groups of G consecutive envs share one."""
@@ -100,6 +101,7 @@ class OnPolicyRunner:
                 if self.iteration % cfg.train.save_every == 0:
                     self.save()
         finally:  # nothing lost on a crash or Ctrl-C: the last finished iteration is saved
+            self.schedule.close()
             logger.close()
             self.save()
             plot_learning_curve(self.run_dir)
@@ -110,24 +112,27 @@ class OnPolicyRunner:
 
     def _iterate(self) -> dict[str, float]:
         start = time.perf_counter()
-        obs = self.env.reset_to(self._initial_states())
-        self.collector.tracker.discard_running()
-        _, timings = self.collector.collect(obs)
+        rollout, failures = collect_with_retries(
+            self.schedule, self._initial_states, self.generators["init_states"], self.cfg.engine.max_retries
+        )
+        self.env_restarts += failures
         t_collect = time.perf_counter()
-        update = self.algo.update(self.buffer, self.iteration, self.generators["minibatch"])
+        update = self.algo.update(rollout.buffer, self.iteration, self.generators["minibatch"])
+        self.schedule.push_weights(self.policy, self.iteration + 1)
         t_update = time.perf_counter()
-        steps = int(self.buffer.data["steps_executed"].sum())
+        steps = int(rollout.buffer.data["steps_executed"].sum())
         self.env_steps += steps
         self.wall_time += t_update - start
         metrics = {f"train/{k}": v for k, v in update.items()}
-        metrics.update({f"rollout/{k}": v for k, v in self.collector.tracker.pop().items()})
-        metrics.update({f"time/{k}": v for k, v in timings.items()})
+        metrics.update({f"rollout/{k}": v for k, v in rollout.episodes.items()})
+        metrics.update({f"time/{k}": v for k, v in rollout.timings.items()})
         metrics.update(
             {
                 "time/update": t_update - t_collect,
                 "rollout/env_steps": float(self.env_steps),
                 "rollout/env_steps_per_s": steps / max(t_collect - start, 1e-9),
                 "time/wall": self.wall_time,
+                "engine/env_restarts": float(self.env_restarts),
             }
         )
         return metrics
@@ -136,29 +141,16 @@ class OnPolicyRunner:
         """Deterministic policy on a fixed set of initial states (ids 0..eval_episodes-1)."""
         cfg = self.cfg
         eval_env = self.env
-        if cfg.train.eval_envs and cfg.train.eval_envs != self.env.num_envs:
-            eval_env = make_env(dataclasses.replace(cfg.env, num_envs=cfg.train.eval_envs), device=cfg.device)
-        self.policy.eval()
+        num_envs = cfg.train.eval_envs or cfg.env.num_envs
+        # the async schedule's producer may be stepping self.env right now
+        if num_envs != self.env.num_envs or cfg.engine.schedule == "async":
+            eval_env = make_env(dataclasses.replace(cfg.env, num_envs=num_envs), device=cfg.device)
         try:
-            results = run_episodes(
-                eval_env,
-                lambda obs: self.policy.act(obs, deterministic=True).actions,
-                cfg.train.eval_episodes,
-                record=record,
-            )
+            results = evaluate_policy(self.policy, eval_env, cfg.train.eval_episodes, record, video_dir)
         finally:
-            self.policy.train()
             if eval_env is not self.env:
                 eval_env.close()
-        for episode, frames in results.frames.items():
-            if frames and video_dir is not None:
-                write_video(video_dir / f"eval_{episode:03d}.mp4", frames)
-        summary = summarize(results)
-        return {
-            "eval/success": summary["success_rate"],
-            "eval/length": summary["mean_length"],
-            "eval/return": summary["mean_return"],
-        }
+        return eval_metrics(results)
 
     def save(self) -> Path:
         state = {

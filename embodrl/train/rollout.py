@@ -11,7 +11,8 @@ from embodrl.config import ExperimentConfig, make_run_dir
 from embodrl.errors import UserError
 from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
-from embodrl.train.episodes import ActFn, EpisodeResults, run_episodes
+from embodrl.train.episodes import ActFn, run_episodes
+from embodrl.train.evaluation import summarize
 from embodrl.train.video import write_video
 
 
@@ -26,18 +27,6 @@ def action_source(name: str, env: VecEnv, seed: int) -> ActFn:
             spec.low + (spec.high - spec.low) * torch.rand(env.num_envs, 1, spec.dim, generator=gen)
         )
     raise UserError(f"--policy {name!r} is not known; use 'expert' or 'random'")
-
-
-def summarize(results: EpisodeResults) -> dict:
-    lo, hi = results.confidence_interval()
-    return {
-        "episodes": len(results.success),
-        "success_rate": results.success_rate,
-        "success_ci95": [lo, hi],
-        "mean_length": sum(results.length) / max(len(results.length), 1),
-        "mean_return": sum(results.ret) / max(len(results.ret), 1),
-        "per_instruction": results.per_instruction(),
-    }
 
 
 def rollout(cfg: ExperimentConfig, policy: str, episodes: int, record: int, video_format: str) -> Path:

@@ -15,7 +15,9 @@ class AutoregressiveConfig:
     # one pass over C*A placeholder slots that attend to each other bidirectionally (OpenVLA-OFT).
     decoding: str = "sequential"
     temperature: float = 1.0  # sampling temperature; recorded in replay so evaluate() uses the same
-    top_k: int = 0  # keep the k most likely action tokens when sampling; 0: all 256
+    # Keep the k most likely action tokens; 0: all 256. evaluate() filters with the *current* logits, so a
+    # replayed token that left the top k gets log-prob -inf (ratio 0), as in RLinf's top-k warper.
+    top_k: int = 0
 
     def __post_init__(self) -> None:
         check_choice("policy.autoregressive.decoding", self.decoding, DECODINGS)

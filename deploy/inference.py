@@ -1,0 +1,101 @@
+"""Where the control loop gets chunks: a local runner or a remote server, queried off the loop thread.
+
+Both sources take the same request (openpi keys) and check it the same way, so a policy behaves the
+same in-process and behind `embodrl serve`.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+import numpy as np
+
+from embodrl.deploy.client import PolicyClient, ServerError
+from embodrl.deploy.config import ObservationKeys
+from embodrl.deploy.observations import to_observation
+from embodrl.deploy.runner import PolicyRunner
+
+logger = logging.getLogger(__name__)
+TRANSIENT_ERRORS = (ServerError, OSError, TimeoutError)  # the loop holds and carries on (watchdog decides)
+
+
+class ChunkSource(Protocol):
+    """A policy as the loop sees it."""
+
+    action_horizon: int
+    action_dim: int
+
+    def infer(self, request: dict[str, Any]) -> np.ndarray:
+        """An action chunk [H, A] for one request."""
+
+
+class LocalPolicy:
+    """A PolicyRunner in this process (no server)."""
+
+    def __init__(self, runner: PolicyRunner, keys: ObservationKeys) -> None:
+        self.runner, self.keys = runner, keys
+        self.action_horizon, self.action_dim = runner.action_horizon, runner.action_dim
+
+    def infer(self, request: dict[str, Any]) -> np.ndarray:
+        return self.runner.infer_batch([to_observation(request, self.keys, self.runner.input_spec)])[0]
+
+
+class RemotePolicy:
+    """A policy behind `embodrl serve` or any openpi server (sizes it does not report are 0: unknown)."""
+
+    def __init__(self, client: PolicyClient) -> None:
+        self.client = client
+        self.action_horizon = int(client.metadata.get("action_horizon", 0))
+        self.action_dim = int(client.metadata.get("action_dim", 0))
+
+    def infer(self, request: dict[str, Any]) -> np.ndarray:
+        return np.asarray(self.client.infer(request)["actions"])
+
+
+class BackgroundInference:
+    """At most one inference in flight on a worker thread; results carry the step of their observation."""
+
+    def __init__(self, source: ChunkSource) -> None:
+        self.source = source
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="embodrl-deploy-infer")
+        self._future: Future | None = None
+        self._obs_step = 0
+        self.errors = 0
+
+    @property
+    def busy(self) -> bool:
+        return self._future is not None
+
+    def submit(self, request: dict[str, Any], obs_step: int) -> None:
+        if self.busy:
+            raise RuntimeError("an inference is already in flight")
+        self._future, self._obs_step = self._pool.submit(self.source.infer, request), obs_step
+
+    def wait(self, timeout_s: float) -> None:
+        """Block until the in-flight inference finishes or `timeout_s` passes."""
+        if self._future is not None and timeout_s > 0:
+            try:
+                self._future.exception(timeout=timeout_s)
+            except TimeoutError:
+                pass
+
+    def poll(self) -> tuple[np.ndarray, int] | None:
+        """The finished chunk [H, A] and its observation step, or None (still running, none, or failed)."""
+        if self._future is None or not self._future.done():
+            return None
+        future, self._future = self._future, None
+        try:
+            return np.asarray(future.result()), self._obs_step
+        except TRANSIENT_ERRORS as error:
+            self.errors += 1
+            logger.warning("inference failed, holding: %s", error)
+            return None
+
+    def discard(self) -> None:
+        """Forget the in-flight inference (a new episode starts); its result will be ignored."""
+        self._future = None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

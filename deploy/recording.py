@@ -1,0 +1,87 @@
+"""Deploy episodes as a LeRobotDataset v3: observations, requested and sent actions, interventions, timing.
+
+`action` is what the robot really executed (what `embodrl sft` should learn from); `action.requested`
+is what the policy or the human asked for (non-finite values stored as 0, flagged in
+`safety.non_finite`); `intervention` marks steps where the safety layer changed the action or held
+the robot; `teleop` marks steps a human drove.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embodrl.data.lerobot_writer import LeRobotDatasetWriter
+from embodrl.deploy.robot import RobotIO
+
+STATS_FILE = "meta/deploy_episodes.jsonl"  # per-episode loop statistics and safety counters
+
+
+@dataclass
+class StepRecord:
+    """One control step as recorded."""
+
+    observation: dict[str, Any]  # the robot's raw observation
+    requested: np.ndarray | None  # [A], None when nothing was available (hold)
+    sent: np.ndarray  # [A] returned by send_action
+    intervention: bool
+    teleop: bool
+    loop_ms: float
+
+
+class EpisodeRecorder:
+    """Buffers steps and writes each finished episode into one dataset folder."""
+
+    def __init__(
+        self, root: str | Path, fps: float, io: RobotIO, cameras: dict[str, str], robot_type: str
+    ) -> None:
+        self.io, self.cameras = io, cameras  # cameras: dataset name -> robot observation feature
+        a = io.action_dim
+        features: dict[str, dict] = {
+            "observation.state": {
+                "dtype": "float32",
+                "shape": [len(io.state_names)],
+                "names": io.state_names,
+            },
+            "action": {"dtype": "float32", "shape": [a], "names": io.action_names},
+            "action.requested": {"dtype": "float32", "shape": [a], "names": io.action_names},
+            "intervention": {"dtype": "bool", "shape": [1]},
+            "teleop": {"dtype": "bool", "shape": [1]},
+            "safety.non_finite": {"dtype": "bool", "shape": [1]},
+            "timing.loop_ms": {"dtype": "float32", "shape": [1]},
+        }
+        for name, feature in cameras.items():
+            features[f"observation.images.{name}"] = {"dtype": "video", "shape": list(io.features[feature])}
+        self.writer = LeRobotDatasetWriter(root, fps=round(fps), features=features, robot_type=robot_type)
+        self.root = Path(root)
+
+    def add(self, step: StepRecord) -> None:
+        requested = (
+            np.zeros(self.io.action_dim) if step.requested is None else np.asarray(step.requested, float)
+        )
+        finite = bool(np.all(np.isfinite(requested)))
+        frame = {
+            "observation.state": [step.observation[name] for name in self.io.state_names],
+            "action": step.sent,
+            "action.requested": np.nan_to_num(requested, nan=0.0, posinf=0.0, neginf=0.0),
+            "intervention": step.intervention,
+            "teleop": step.teleop,
+            "safety.non_finite": not finite,
+            "timing.loop_ms": step.loop_ms,
+        }
+        for name, feature in self.cameras.items():
+            frame[f"observation.images.{name}"] = step.observation[feature]
+        self.writer.add_frame(frame)
+
+    def save_episode(self, task: str, stats: dict[str, Any]) -> None:
+        """Write the buffered steps as one episode, and `stats` as a JSON line in meta/."""
+        index = self.writer.save_episode(task or "deploy")
+        with open(self.root / STATS_FILE, "a") as f:
+            f.write(json.dumps({"episode_index": index, **stats}) + "\n")
+
+    def close(self) -> None:
+        self.writer.finalize()

@@ -1,0 +1,90 @@
+"""What the server and the local loop run: a batch of observations in, a batch of action chunks out.
+
+A runner speaks embodrl observation keys (`rgb`, `wrist_rgb`, `state`, `task_id`, `instruction`);
+the server maps request keys onto them first. `CheckpointRunner` wraps any embodrl policy; tests
+use small fakes of `PolicyRunner`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embodrl.errors import UserError
+
+IMAGE_KEYS = ("rgb", "wrist_rgb")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One observation input: its per-sample shape and dtype ("str" for text); optional ones may be absent."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    optional: bool = False
+
+
+class PolicyRunner(ABC):
+    """Batched chunk inference behind the server and the local control loop."""
+
+    action_horizon: int  # H
+    action_dim: int  # A
+    input_spec: dict[str, InputSpec]
+
+    @abstractmethod
+    def infer_batch(self, observations: list[dict[str, Any]]) -> np.ndarray:
+        """Action chunks [N, H, A] float32 (robot units) for N observations matching `input_spec`."""
+
+    def metadata(self) -> dict[str, Any]:
+        """What the server sends each client on connect (msgpack-able)."""
+        return {
+            "action_horizon": self.action_horizon,
+            "action_dim": self.action_dim,
+            "inputs": {k: {"shape": list(s.shape), "dtype": s.dtype} for k, s in self.input_spec.items()},
+        }
+
+
+class CheckpointRunner(PolicyRunner):
+    """An embodrl policy checkpoint, run deterministically (the policy's mean/greedy action chunk)."""
+
+    def __init__(self, directory: str | Path, device: str = "cpu") -> None:
+        from embodrl.policies.registry import load_policy
+
+        self.policy = load_policy(directory, device=device).eval()
+        cfg = self.policy.cfg
+        if "privileged" in cfg.obs_keys:
+            raise UserError(
+                f"{directory} reads privileged simulator state (policy.obs_keys={list(cfg.obs_keys)}); "
+                "a robot cannot provide it: train the deployed policy on rgb/wrist_rgb/state only"
+            )
+        self.action_horizon, self.action_dim, self.device = cfg.chunk_size, cfg.action_dim, device
+        self.input_spec = {"instruction": InputSpec((), "str", optional=True)}
+        for key in cfg.obs_keys:
+            shape = tuple(self.policy.obs_shapes.get(key, ()))
+            dtype = "uint8" if key in IMAGE_KEYS else "int64" if key == "task_id" else "float32"
+            self.input_spec[key] = InputSpec(shape, dtype)
+        self.family = self.policy.family
+
+    def metadata(self) -> dict[str, Any]:
+        return {**super().metadata(), "family": self.family}
+
+    def infer_batch(self, observations: list[dict[str, Any]]) -> np.ndarray:
+        import torch
+        from tensordict import TensorDict
+
+        n = len(observations)
+        tensors = {
+            key: torch.from_numpy(np.stack([np.asarray(o[key]) for o in observations])).to(self.device)
+            for key, spec in self.input_spec.items()
+            if spec.dtype != "str"
+        }
+        obs = TensorDict(tensors, batch_size=[n], device=self.device)
+        if all("instruction" in o for o in observations):
+            obs["instruction"] = [o["instruction"] for o in observations]
+        with torch.inference_mode():
+            actions = self.policy.act(obs, deterministic=True).actions  # [N, H, A]
+        return actions.float().cpu().numpy()

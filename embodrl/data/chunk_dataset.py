@@ -1,0 +1,121 @@
+"""Training samples from a LeRobot dataset: the observation at frame t and the action chunk t..t+C-1."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch.utils.data import Dataset
+
+from embodrl.data.lerobot_dataset import LeRobotDataset
+from embodrl.data.lerobot_format import ACTION_KEY, LEROBOT_KEYS
+from embodrl.errors import UserError
+
+
+class ActionChunkDataset(Dataset):
+    """Samples {obs keys, action [C, A], action_is_pad [C], instruction, task_index(, task_id)}.
+
+    Like LeRobot's delta_timestamps, steps past the episode end repeat the last action and are
+    flagged in `action_is_pad`. Images are uint8 [H, W, 3]. With `instruction_table` (the env's),
+    samples also carry `task_id`, the index of their instruction in that table.
+    `key_map` overrides which dataset feature feeds an obs key (e.g. {"rgb": "observation.images.top"}).
+    """
+
+    def __init__(
+        self,
+        dataset: LeRobotDataset,
+        chunk_size: int,
+        obs_keys: Sequence[str] = ("state",),
+        action_dim: int | None = None,
+        instruction_table: Sequence[str] | None = None,
+        key_map: Mapping[str, str] | None = None,
+        preload_images: bool = True,
+    ):
+        if chunk_size <= 0:
+            raise UserError(f"chunk_size must be > 0, got {chunk_size}")
+        self.dataset, self.chunk_size = dataset, chunk_size
+        self.key_map = {**LEROBOT_KEYS, **(key_map or {})}
+        missing = [k for k in (*obs_keys, ACTION_KEY) if self.key_map.get(k, k) not in dataset.features]
+        if missing:
+            wanted = {k: self.key_map.get(k, k) for k in missing}
+            raise UserError(
+                f"dataset {dataset.root} lacks features {wanted}; it has {sorted(dataset.features)} "
+                "(collect with the obs keys the policy reads, or map keys with key_map)"
+            )
+        self.obs_keys = tuple(obs_keys)
+        self.actions = dataset.column(ACTION_KEY).astype(np.float32)  # [F, A]
+        if self.actions.ndim != 2:
+            raise UserError(
+                f"dataset actions must be vectors [A], got per-frame shape {self.actions.shape[1:]}"
+            )
+        if action_dim is not None and self.actions.shape[1] != action_dim:
+            raise UserError(
+                f"dataset actions have {self.actions.shape[1]} dimensions; the policy expects {action_dim} "
+                "(policy.action_dim must match the env's action space the demos were recorded in)"
+            )
+        frames = np.arange(dataset.num_frames)
+        episode = dataset.episode_of(frames)
+        self.episode_end = np.asarray(
+            [dataset.episode_range(int(e))[1] for e in range(dataset.num_episodes)]
+        )[episode]  # [F]: one past the last frame of each frame's episode
+        self.task_index = dataset.column("task_index").astype(np.int64)
+        self.task_id = None
+        if instruction_table is not None:
+            table = {text: i for i, text in enumerate(instruction_table)}
+            unknown = sorted(set(dataset.tasks) - set(table))
+            if unknown:
+                raise UserError(f"dataset tasks {unknown[:3]} are not instructions of this env")
+            self.task_id = np.asarray([table[t] for t in dataset.tasks], dtype=np.int64)[self.task_index]
+        self.images: dict[str, np.ndarray] = {}
+        if preload_images:
+            for key in self.obs_keys:
+                name = self.key_map.get(key, key)
+                if name in dataset.camera_keys:  # decode every episode once: [F, H, W, 3] uint8
+                    self.images[key] = np.concatenate(
+                        [dataset.camera_frames(name, e) for e in range(dataset.num_episodes)]
+                    )
+
+    def __len__(self) -> int:
+        return self.dataset.num_frames
+
+    def __getitem__(self, index: int) -> dict:
+        steps = index + np.arange(self.chunk_size)
+        is_pad = steps >= self.episode_end[index]
+        steps = np.minimum(steps, self.episode_end[index] - 1)
+        sample = {
+            "action": torch.from_numpy(self.actions[steps]),  # [C, A]
+            "action_is_pad": torch.from_numpy(is_pad),  # [C]
+            "instruction": self.dataset.tasks[self.task_index[index]],
+            "task_index": torch.tensor(self.task_index[index]),
+        }
+        if self.task_id is not None:
+            sample["task_id"] = torch.tensor(self.task_id[index])
+        for key in self.obs_keys:
+            name = self.key_map.get(key, key)
+            if key in self.images:
+                sample[key] = torch.from_numpy(self.images[key][index])
+            elif name in self.dataset.camera_keys:
+                sample[key] = torch.from_numpy(self.dataset.frame(index)[name])
+            else:
+                sample[key] = torch.tensor(self.dataset.column(name)[index], dtype=torch.float32)
+        return sample
+
+    def normalization_stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """meta/stats.json entries for the action and the vector obs keys, under the env's key names."""
+        keys = [
+            k for k in (*self.obs_keys, ACTION_KEY) if self.key_map.get(k, k) not in self.dataset.camera_keys
+        ]
+        return {
+            k: self.dataset.stats[self.key_map.get(k, k)]
+            for k in keys
+            if self.key_map.get(k, k) in self.dataset.stats
+        }
+
+
+def collate_chunks(samples: list[dict]) -> TensorDict:
+    """Stack samples into a TensorDict [B] (instructions become a list of B strings)."""
+    batch = {key: torch.stack([s[key] for s in samples]) for key in samples[0] if key != "instruction"}
+    batch["instruction"] = [s["instruction"] for s in samples]
+    return TensorDict(batch, batch_size=[len(samples)])

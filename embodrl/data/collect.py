@@ -1,0 +1,208 @@
+"""`embodrl collect`: scripted-expert demonstrations written as a LeRobotDataset v3.0 folder."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from tqdm import tqdm
+
+from embodrl.choices import check_positive
+from embodrl.data.lerobot_format import ACTION_KEY, LEROBOT_KEYS
+from embodrl.data.lerobot_writer import LeRobotDatasetWriter
+from embodrl.data.video import VideoConfig
+from embodrl.errors import UserError
+from embodrl.sims.base import VecEnv
+from embodrl.sims.config import EnvConfig
+
+
+@dataclass
+class CollectConfig:
+    """How many demonstrations, and how they are perturbed (DART) and stored."""
+
+    episodes_per_task: int = 50  # successful episodes kept per task
+    # DART (Laskey et al. 2017): odd-numbered attempts execute expert + N(0, noise_std^2) but are
+    # labelled with the clean expert action, so the data shows how to recover from small errors.
+    noise_std: float = 0.0
+    seed: int = 0  # seeds the DART noise
+    fps: int = 20  # the env's control rate (the tabletop suite steps at 0.05 s)
+    # Demos start from initial state ids here, so they never share a start with evaluation (ids from 0).
+    first_state_id: int = 50_000
+    max_attempts_per_episode: float = 3.0  # give up on a task after this many attempts per wanted episode
+    video: VideoConfig = field(default_factory=VideoConfig)
+
+    def __post_init__(self) -> None:
+        check_positive("collect.episodes_per_task", self.episodes_per_task)
+        check_positive("collect.noise_std", self.noise_std, allow_zero=True)
+        check_positive("collect.fps", self.fps)
+        check_positive("collect.first_state_id", self.first_state_id, allow_zero=True)
+        check_positive("collect.max_attempts_per_episode", self.max_attempts_per_episode)
+
+
+@dataclass
+class CollectStats:
+    """What a collect run produced: kept episodes and expert failures (dropped), per task."""
+
+    root: Path
+    episodes: int = 0
+    frames: int = 0
+    failures: int = 0
+    per_task: dict[str, tuple[int, int]] = field(default_factory=dict)  # task -> (kept, failed)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        tasks = ", ".join(f"{t}: {k} kept / {f} failed" for t, (k, f) in self.per_task.items())
+        return (
+            f"{self.episodes} episodes ({self.frames} frames) written to {self.root} in {self.seconds:.1f}s; "
+            f"{self.failures} expert failures dropped [{tasks}]"
+        )
+
+
+def dataset_features(env: VecEnv) -> dict[str, dict]:
+    """LeRobot features for an env's observations (cameras as video) and actions."""
+    features = {}
+    for key, name in LEROBOT_KEYS.items():
+        spec = env.observation_spec.get(key)
+        if spec is None:
+            continue
+        if spec.dtype == torch.uint8:
+            features[name] = {
+                "dtype": "video",
+                "shape": list(spec.shape),
+                "names": ["height", "width", "channels"],
+            }
+        else:
+            features[name] = {"dtype": "float32", "shape": list(spec.shape), "names": None}
+    action = env.action_spec
+    features[ACTION_KEY] = {"dtype": "float32", "shape": [action.dim], "names": list(action.names) or None}
+    return features
+
+
+def collect_episodes(
+    env: VecEnv,
+    writer: LeRobotDatasetWriter,
+    num_episodes: int,
+    cfg: CollectConfig,
+    bar: tqdm | None = None,
+) -> tuple[int, int]:
+    """Run the env's scripted expert (`env.expert_actions()` [N, A]) until `num_episodes` succeed.
+
+    Attempt k starts from initial state `cfg.first_state_id + k`; failed episodes are dropped. Returns
+    (kept, failed). Each env holds at most one attempt; no attempt starts once the ones in flight
+    could complete the quota, so the kept set does not depend on how many envs run in parallel.
+    """
+    if not hasattr(env, "expert_actions"):
+        raise UserError(f"{type(env).__name__} has no scripted expert (expert_actions); collect needs one")
+    n = env.num_envs
+    max_attempts = math.ceil(num_episodes * cfg.max_attempts_per_episode)
+    if cfg.first_state_id + max_attempts > env.num_init_states:
+        raise UserError(
+            f"collect would use initial states up to {cfg.first_state_id + max_attempts}, but the env has "
+            f"{env.num_init_states}; lower collect.first_state_id or collect.episodes_per_task"
+        )
+    keys = {k: v for k, v in LEROBOT_KEYS.items() if k in env.observation_spec}
+    spec = env.action_spec
+    attempt = np.full(n, -1)  # attempt number running in each env; -1: idle
+    buffers: list[dict[str, list[np.ndarray]]] = [{} for _ in range(n)]
+    tasks = [""] * n
+    noise: list[np.random.Generator | None] = [None] * n  # seeded per attempt: results ignore env count
+    counts = {"kept": 0, "failed": 0, "started": 0}
+
+    def start(env_ids: list[int]) -> TensorDict | None:
+        chosen = []
+        for i in env_ids:
+            attempt[i] = -1
+            in_flight = int((attempt >= 0).sum())
+            if counts["kept"] + in_flight < num_episodes and counts["started"] < max_attempts:
+                attempt[i] = counts["started"]
+                noise[i] = np.random.default_rng((cfg.seed, attempt[i]))
+                counts["started"] += 1
+                chosen.append(i)
+        if not chosen:
+            return None
+        obs = env.reset_to(torch.as_tensor(cfg.first_state_id + attempt[chosen]), torch.as_tensor(chosen))
+        texts = (
+            env.instructions(obs["task_id"][chosen]) if "task_id" in obs.keys() else ["demo"] * len(chosen)
+        )
+        for i, text in zip(chosen, texts, strict=True):
+            buffers[i] = {name: [] for name in (*keys.values(), ACTION_KEY)}
+            tasks[i] = text
+        return obs
+
+    obs = start(list(range(n)))
+    while (attempt >= 0).any():
+        expert = env.expert_actions().cpu().numpy().astype(np.float32)  # [N, A]
+        executed = expert.copy()
+        if cfg.noise_std > 0:
+            for i in np.flatnonzero((attempt >= 0) & (attempt % 2 == 1)):
+                executed[i] += cfg.noise_std * noise[i].standard_normal(expert.shape[1], dtype=np.float32)
+        executed = np.clip(executed, spec.low, spec.high)
+        values = {name: obs[key].cpu().numpy() for key, name in keys.items()}
+        for i in np.flatnonzero(attempt >= 0):
+            for name, v in values.items():
+                buffers[i][name].append(v[i])
+            buffers[i][ACTION_KEY].append(expert[i])  # the clean label, whatever was executed
+        result = env.step(torch.from_numpy(executed)[:, None])  # chunk of one: [N, 1, A]
+        obs = result.obs
+        finished = [i for i in result.done.cpu().nonzero().flatten().tolist() if attempt[i] >= 0]
+        for i in finished:
+            if bool(result.success[i]):
+                writer.add_episode({k: np.stack(v) for k, v in buffers[i].items()}, tasks[i])
+                counts["kept"] += 1
+                if bar is not None:
+                    bar.update(1)
+            else:
+                counts["failed"] += 1
+                if bar is not None:
+                    bar.set_postfix(failed=counts["failed"])
+            buffers[i] = {}
+        restarted = start(finished) if finished else None
+        obs = obs if restarted is None else restarted
+    return counts["kept"], counts["failed"]
+
+
+def suite_tasks(env_cfg: EnvConfig) -> tuple[str | None, ...]:
+    """The tasks to collect separately: the configured one, a tabletop suite's tasks, or the env as is."""
+    if env_cfg.task is not None:
+        return (env_cfg.task,)
+    from embodrl.sims.tabletop.tasks import SUITES
+
+    return SUITES[env_cfg.suite].tasks if env_cfg.suite in SUITES else (None,)
+
+
+def collect_demos(
+    env_cfg: EnvConfig, out_dir: str | Path, cfg: CollectConfig, progress: bool = True
+) -> CollectStats:
+    """Collect `cfg.episodes_per_task` expert demos for every task of `env_cfg` into one dataset.
+
+    Episodes are saved as they finish: an interrupted run leaves every saved episode readable; a
+    finished run concatenates them into LeRobot's usual files.
+    """
+    from embodrl.sims.registry import make_env
+
+    tasks = suite_tasks(env_cfg)
+    stats = CollectStats(root=Path(out_dir))
+    begin = time.perf_counter()
+    writer: LeRobotDatasetWriter | None = None
+    bar = tqdm(total=cfg.episodes_per_task * len(tasks), desc="demos", unit="ep", disable=not progress)
+    for task in tasks:
+        with make_env(replace(env_cfg, task=task)) as env:
+            if writer is None:
+                writer = LeRobotDatasetWriter(
+                    out_dir, cfg.fps, dataset_features(env), env_cfg.suite, cfg.video
+                )
+            bar.set_description(f"demos {task or env_cfg.suite}")
+            kept, failed = collect_episodes(env, writer, cfg.episodes_per_task, cfg, bar)
+        stats.per_task[task or env_cfg.suite] = (kept, failed)
+        stats.episodes += kept
+        stats.failures += failed
+    bar.close()
+    writer.finalize()
+    stats.frames = writer.num_frames
+    stats.seconds = time.perf_counter() - begin
+    return stats

@@ -1,0 +1,1 @@
+"""The rollout engine: env and rollout workers, channels between them, and the schedules that drive them."""

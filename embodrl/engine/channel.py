@@ -1,0 +1,115 @@
+"""Channels: one put/get interface for TensorDict messages with typed headers, over three transports.
+
+The schedule code is the same whichever transport carries the messages:
+- `inproc`: a thread-safe queue between threads of one process (tensors are passed by reference);
+- `multiprocess`: a torch.multiprocessing queue; CPU tensors travel through shared memory;
+- `ray`: a Ray queue actor, so workers may live on other machines (`ray` extra, imported lazily).
+"""
+
+from __future__ import annotations
+
+import queue
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from tensordict import TensorDict
+
+from embodrl.choices import check_choice
+from embodrl.engine.config import TRANSPORTS
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a message is: its kind, the pipeline stage it belongs to, the weight version and step index."""
+
+    kind: str  # a request ("step", "reset_to", "render", "close") or a reply ("ok", "error", "spec")
+    stage: int = 0
+    version: int = 0  # weight version of the policy that produced the payload (actions)
+    step: int = 0  # decision index inside the rollout
+    info: Any = None  # small picklable extras: env specs, an error's traceback, worker-side timings
+
+
+Message = tuple[Header, TensorDict | None]
+
+
+class ChannelTimeout(TimeoutError):
+    """Nothing arrived on a channel within the timeout."""
+
+
+class Channel(ABC):
+    """A FIFO of (Header, TensorDict | None) messages from one producer to one consumer."""
+
+    @abstractmethod
+    def put(self, header: Header, payload: TensorDict | None = None) -> None: ...
+
+    @abstractmethod
+    def get(self, timeout: float | None = None) -> Message:
+        """The next message; raises ChannelTimeout after `timeout` seconds (None waits forever)."""
+
+
+class InProcChannel(Channel):
+    """Between threads of one process."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Message] = queue.Queue()
+
+    def put(self, header: Header, payload: TensorDict | None = None) -> None:
+        self._queue.put((header, payload))
+
+    def get(self, timeout: float | None = None) -> Message:
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise ChannelTimeout(f"no message within {timeout} s") from None
+
+
+class MultiprocessChannel(Channel):
+    """Between processes of one machine; torch's queue moves CPU tensor storage into shared memory."""
+
+    def __init__(self) -> None:
+        import torch.multiprocessing as mp
+
+        self._queue = mp.get_context("spawn").Queue()
+
+    def put(self, header: Header, payload: TensorDict | None = None) -> None:
+        self._queue.put((header, payload))
+
+    def get(self, timeout: float | None = None) -> Message:
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise ChannelTimeout(f"no message within {timeout} s") from None
+
+
+class RayChannel(Channel):
+    """Between Ray actors, possibly on different machines (needs `pip install embodrl[ray]`)."""
+
+    def __init__(self) -> None:
+        from ray.util.queue import Queue
+
+        self._queue = Queue()
+
+    def put(self, header: Header, payload: TensorDict | None = None) -> None:
+        self._queue.put((header, payload))
+
+    def get(self, timeout: float | None = None) -> Message:
+        from ray.util.queue import Empty
+
+        try:
+            return self._queue.get(timeout=timeout)
+        except Empty:
+            raise ChannelTimeout(f"no message within {timeout} s") from None
+
+
+CHANNELS: dict[str, type[Channel]] = {
+    "inproc": InProcChannel,
+    "multiprocess": MultiprocessChannel,
+    "ray": RayChannel,
+}
+
+
+def make_channel(transport: str) -> Channel:
+    """A new channel of the named transport."""
+    check_choice("engine.transport", transport, TRANSPORTS)
+    return CHANNELS[transport]()

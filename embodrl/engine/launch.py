@@ -1,0 +1,78 @@
+"""Start an env worker on a thread, a process or a Ray actor, and know whether it is still alive."""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+
+from embodrl.engine.channel import Channel
+from embodrl.engine.config import EngineConfig
+from embodrl.engine.env_worker import serve_env_worker
+from embodrl.sims.config import EnvConfig
+
+
+class WorkerHandle(ABC):
+    """A started worker."""
+
+    @abstractmethod
+    def alive(self) -> bool: ...
+
+    @abstractmethod
+    def describe_exit(self) -> str:
+        """Why the worker is gone, for error messages."""
+
+    @abstractmethod
+    def join(self, timeout: float) -> None:
+        """Wait for the worker to end; kill it (this worker only) if it does not."""
+
+
+class ThreadHandle(WorkerHandle):
+    def __init__(self, *args) -> None:
+        self.thread = threading.Thread(target=serve_env_worker, args=args, daemon=True, name="env-worker")
+        self.thread.start()
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def describe_exit(self) -> str:
+        return "the env worker thread ended"
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
+
+
+class ProcessHandle(WorkerHandle):
+    def __init__(self, *args) -> None:
+        import torch.multiprocessing as mp
+
+        # spawn, not fork: a forked child inherits the parent's threads' locks (torch, OpenMP, EGL)
+        self.process = mp.get_context("spawn").Process(
+            target=serve_env_worker, args=args, daemon=True, name="env-worker"
+        )
+        self.process.start()
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def describe_exit(self) -> str:
+        return f"the env worker process {self.process.pid} exited with code {self.process.exitcode}"
+
+    def join(self, timeout: float) -> None:
+        self.process.join(timeout)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+def launch_env_worker(
+    env_cfg: EnvConfig, engine: EngineConfig, device: str, requests: Channel, replies: Channel
+) -> WorkerHandle:
+    """Start an env worker serving `requests` with the engine's transport."""
+    args = (env_cfg, engine.num_stages, device, requests, replies)
+    if engine.transport == "inproc":
+        return ThreadHandle(*args)
+    if engine.transport == "multiprocess":
+        return ProcessHandle(*args)
+    from embodrl.engine.ray_backend import RayHandle
+
+    return RayHandle(engine.ray, *args)

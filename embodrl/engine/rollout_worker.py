@@ -1,0 +1,77 @@
+"""The rollout worker: policy inference with versioned weights.
+
+Colocated with the actor it uses the actor's own policy object (no copy, the version just follows
+the updates); otherwise it holds a copy on its own device and applies pushed weights between
+decisions (an in-flight update), so a rollout may span several versions, each sample tagged.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from embodrl.engine.timer import StageTimer
+from embodrl.policies.base import ActOut
+
+
+class RolloutWorker:
+    """Runs `policy.act` / `policy.value` under no-grad and knows which weight version it acts with."""
+
+    def __init__(self, policy: nn.Module, timer: StageTimer, copy_to: str | None = None) -> None:
+        self.timer = timer
+        self.shared = copy_to is None
+        self.policy = policy if self.shared else copy.deepcopy(policy).to(copy_to).eval()
+        self.device = next(self.policy.parameters()).device
+        self.version = 0
+        self._pending: tuple[dict[str, torch.Tensor], int] | None = None
+        self._lock = threading.Lock()
+        self._pushed = threading.Condition(self._lock)
+        self.latest_version = 0  # newest version pushed, applied or not
+        self.closed = False
+
+    def push_weights(self, policy: nn.Module, version: int) -> None:
+        """Called by the actor after an update: the rollout uses these weights from its next decision."""
+        with self._pushed:
+            if not self.shared:
+                state = {k: v.detach().to(self.device, copy=True) for k, v in policy.state_dict().items()}
+                self._pending = (state, version)
+            else:
+                self.version = version
+            self.latest_version = version
+            self._pushed.notify_all()
+
+    def wait_for_version(self, version: int) -> bool:
+        """Block until weights of version >= `version` were pushed (the staleness bound); False if closed."""
+        with self._pushed:
+            self._pushed.wait_for(lambda: self.latest_version >= version or self.closed)
+            return not self.closed
+
+    def close(self) -> None:
+        """Wake every waiter; they give up."""
+        with self._pushed:
+            self.closed = True
+            self._pushed.notify_all()
+
+    def sync(self) -> None:
+        """Apply the newest pushed weights, if any (between decisions, never inside one)."""
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            state, version = pending
+            with self.timer.stage("weight_sync"):
+                self.policy.load_state_dict(state)
+            self.version = version
+
+    @torch.no_grad()
+    def act(self, obs: TensorDict) -> ActOut:
+        with self.timer.stage("inference"):
+            return self.policy.act(obs.to(self.device))
+
+    @torch.no_grad()
+    def value(self, obs: TensorDict) -> torch.Tensor:
+        with self.timer.stage("inference"):
+            return self.policy.value(obs.to(self.device))

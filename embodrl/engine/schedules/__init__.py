@@ -1,0 +1,30 @@
+"""Schedules by name: sequential, pipelined, async; each fills a RolloutBuffer through `collect`."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from embodrl.data.rollout_buffer import RolloutBuffer
+from embodrl.engine.config import EngineConfig
+from embodrl.engine.env_client import StagedEnv
+from embodrl.engine.rollout_worker import RolloutWorker
+from embodrl.engine.schedules.asynchronous import AsyncSchedule
+from embodrl.engine.schedules.base import InitialStates, Rollout, Schedule
+from embodrl.engine.schedules.pipelined import PipelinedSchedule
+from embodrl.engine.schedules.sequential import SequentialSchedule
+
+__all__ = ["InitialStates", "Rollout", "Schedule", "make_schedule"]
+
+
+def make_schedule(
+    cfg: EngineConfig, env: StagedEnv, policy: nn.Module, buffer: RolloutBuffer, device: str
+) -> Schedule:
+    """The schedule named by `cfg.schedule`, with a rollout worker placed as `cfg.placement` says."""
+    copy = cfg.schedule == "async" or cfg.placement == "disaggregated"
+    rollout = RolloutWorker(policy, env.timer, copy_to=(cfg.rollout_device or device) if copy else None)
+    inner = (PipelinedSchedule if cfg.num_stages > 1 else SequentialSchedule)(env, rollout, buffer)
+    if cfg.schedule == "sequential":
+        return SequentialSchedule(env, rollout, buffer)
+    if cfg.schedule == "pipelined":
+        return inner
+    return AsyncSchedule(inner, cfg.max_staleness)

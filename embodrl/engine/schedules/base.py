@@ -1,0 +1,111 @@
+"""What every schedule shares: the Schedule interface, the Rollout it returns, how a decision is stored."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from embodrl.data.rollout_buffer import RolloutBuffer
+from embodrl.engine.env_client import StagedEnv
+from embodrl.engine.episode_tracker import EpisodeTracker
+from embodrl.engine.rollout_worker import RolloutWorker
+from embodrl.policies.base import ActOut
+from embodrl.sims.base import StepResult
+
+InitialStates = Callable[[], torch.Tensor]  # state ids [N] for the episodes of the next rollout
+
+
+@dataclass
+class Rollout:
+    """A filled buffer (with `version` [T, N]: the weight version of every decision) and its statistics."""
+
+    buffer: RolloutBuffer
+    timings: dict[str, float]  # seconds per stage: inference, env_step, env_wait, weight_sync, ...
+    episodes: dict[str, float]  # outcomes of the episodes that finished: episodes, return, length, success
+
+
+def transition(obs: TensorDict, out: ActOut, res: StepResult, bootstrap: torch.Tensor) -> TensorDict:
+    """One decision of a batch of envs, in the layout RolloutBuffer.add expects."""
+    return TensorDict(
+        {
+            "obs": obs,
+            "actions": out.actions,
+            "logprob": out.logprob,
+            "value": out.value,
+            "replay": out.replay,
+            "reward": res.reward,
+            "steps_executed": res.steps_executed,
+            "terminated": res.terminated,
+            "truncated": res.truncated,
+            "success": res.success,
+            "bootstrap_value": bootstrap,
+        },
+        batch_size=obs.batch_size,
+    )
+
+
+def bootstrap_value(rollout: RolloutWorker, out: ActOut, res: StepResult) -> torch.Tensor:
+    """V(final_obs) [n] where an episode was truncated (the return continues past the time limit), else 0."""
+    bootstrap = torch.zeros_like(out.value)
+    truncated = res.truncated.to(bootstrap.device)
+    if truncated.any():
+        bootstrap[truncated] = rollout.value(res.final_obs[res.truncated])
+    return bootstrap
+
+
+class Schedule(ABC):
+    """Fills a RolloutBuffer with T decisions of every env of a StagedEnv, through a RolloutWorker."""
+
+    def __init__(self, env: StagedEnv, rollout: RolloutWorker, buffer: RolloutBuffer) -> None:
+        self.env, self.rollout, self.buffer = env, rollout, buffer
+        self.tracker = EpisodeTracker.zeros(env.num_envs)
+
+    @abstractmethod
+    def collect(self, initial_states: InitialStates) -> Rollout:
+        """Reset the envs to `initial_states()` and return a full rollout."""
+
+    def push_weights(self, policy: nn.Module, version: int) -> None:
+        """The actor's weights after update `version`; the rollout worker uses them from its next decision."""
+        self.rollout.push_weights(policy, version)
+
+    def close(self) -> None:
+        self.rollout.close()
+
+
+class SyncSchedule(Schedule):
+    """A schedule whose rollout happens inside `collect`, with the newest weights throughout."""
+
+    def collect(self, initial_states: InitialStates) -> Rollout:
+        self.env.timer.pop()  # drop what was timed between rollouts (evaluation, resets)
+        self.rollout.sync()
+        obs = self.env.reset_to(initial_states())
+        self.tracker.discard_running()
+        self.buffer.clear()
+        self.versions: list[int] = []  # weight version of each decision
+        policy = self.rollout.policy
+        training = policy.training
+        policy.eval()
+        try:
+            obs = self.run(obs)
+            self.buffer.set_last_value(self.rollout.value(obs))
+        finally:
+            policy.train(training)
+        data = self.buffer.data
+        versions = torch.tensor(self.versions, device=data.device)  # [T]
+        data.set("version", versions[:, None].expand(data.batch_size).clone())
+        return Rollout(self.buffer, self.env.timer.pop(), self.tracker.pop())
+
+    def next_decision(self) -> int:
+        """Apply weights pushed since the last decision (in-flight update); returns the acting version."""
+        self.rollout.sync()
+        self.versions.append(self.rollout.version)
+        return self.rollout.version
+
+    @abstractmethod
+    def run(self, obs: TensorDict) -> TensorDict:
+        """Fill the buffer with T decisions from `obs` [N]; return the observation after the last one."""

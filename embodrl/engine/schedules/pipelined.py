@@ -1,0 +1,45 @@
+"""Pipelined schedule (RLinf-VLA's hybrid fine-grained pipeline): stage i simulates while stage i+1 infers.
+
+The env worker steps its K stages one after another; the rollout worker infers a stage as soon as
+its observation is back and sends its actions, so with K >= 2 the simulation of one stage overlaps
+the inference of another. Ideal speedup over sequential: (t_sim + t_inf) / max(t_sim, t_inf).
+Every env sees the same observations and actions as under the sequential schedule; only the order
+of work changes (same trajectories for a deterministic policy).
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+from embodrl.engine.schedules.base import SyncSchedule, bootstrap_value, transition
+from embodrl.policies.base import ActOut
+
+
+class PipelinedSchedule(SyncSchedule):
+    """T decisions of K stages, interleaved so that inference and simulation overlap."""
+
+    def run(self, obs: TensorDict) -> TensorDict:
+        env, steps = self.env, self.buffer.num_steps
+        stage_obs = [obs[env.stage_slice(s)] for s in range(env.num_stages)]  # [N/K] each
+        outs: list[ActOut] = []
+        version = self.next_decision()
+        for s in range(env.num_stages):  # prime the pipeline: every stage gets its first actions
+            outs.append(self.rollout.act(stage_obs[s]))
+            env.send_step(s, outs[s].actions, version, 0)
+        for step in range(steps):
+            if step + 1 < steps:  # every stage's next decision uses the same weights
+                version = self.next_decision()
+            parts = []
+            for s in range(env.num_stages):
+                res = env.recv_step(s)  # meanwhile the worker went on with stage s+1
+                bootstrap = bootstrap_value(self.rollout, outs[s], res)
+                parts.append((transition(stage_obs[s], outs[s], res, bootstrap), res))
+                stage_obs[s] = res.obs
+                if step + 1 < steps:
+                    outs[s] = self.rollout.act(stage_obs[s])
+                    env.send_step(s, outs[s].actions, version, step + 1)
+            self.buffer.add(torch.cat([t for t, _ in parts]))
+            res = torch.cat([r for _, r in parts])
+            self.tracker.record(res.reward, res.steps_executed, res.done, res.success)
+        return torch.cat(stage_obs)

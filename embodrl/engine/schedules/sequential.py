@@ -1,0 +1,21 @@
+"""Sequential schedule: infer all N envs, then step all N envs (the baseline of every speedup)."""
+
+from __future__ import annotations
+
+from tensordict import TensorDict
+
+from embodrl.engine.schedules.base import SyncSchedule, bootstrap_value, transition
+
+
+class SequentialSchedule(SyncSchedule):
+    """T times: actions for every env, then one step of every env."""
+
+    def run(self, obs: TensorDict) -> TensorDict:
+        for _ in range(self.buffer.num_steps):
+            self.next_decision()
+            out = self.rollout.act(obs)
+            res = self.env.step(out.actions)
+            self.buffer.add(transition(obs, out, res, bootstrap_value(self.rollout, out, res)))
+            self.tracker.record(res.reward, res.steps_executed, res.done, res.success)
+            obs = res.obs
+        return obs

@@ -1,0 +1,64 @@
+"""Evaluate a policy on a fixed, seeded set of episodes: success with a 95% CI, lengths, videos."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from embodrl.sims.base import VecEnv
+from embodrl.train.episodes import EpisodeResults, run_episodes
+from embodrl.train.video import write_video
+
+
+def evaluate_policy(
+    policy: torch.nn.Module,
+    env: VecEnv,
+    episodes: int,
+    record: int = 0,
+    video_dir: Path | None = None,
+    deterministic: bool = True,
+    progress: bool = False,
+) -> EpisodeResults:
+    """Play episodes from initial states 0..episodes-1; write the first `record` as mp4 into video_dir."""
+    was_training = policy.training
+    policy.eval()
+    try:
+        results = run_episodes(
+            env,
+            lambda obs: policy.act(obs, deterministic=deterministic).actions,
+            episodes,
+            record=record,
+            progress=progress,
+        )
+    finally:
+        policy.train(was_training)
+    if video_dir is not None:
+        for episode, frames in results.frames.items():
+            if frames:
+                write_video(video_dir / f"episode_{episode:03d}.mp4", frames)
+    return results
+
+
+def summarize(results: EpisodeResults) -> dict:
+    """JSON-ready summary: success rate with its 95% Wilson interval, lengths, returns, per instruction."""
+    lo, hi = results.confidence_interval()
+    n = max(len(results.success), 1)
+    return {
+        "episodes": len(results.success),
+        "success_rate": results.success_rate,
+        "success_ci95": [lo, hi],
+        "mean_length": sum(results.length) / n,
+        "mean_return": sum(results.ret) / n,
+        "per_instruction": results.per_instruction(),
+    }
+
+
+def eval_metrics(results: EpisodeResults) -> dict[str, float]:
+    """The scalars logged as eval/* each evaluation."""
+    summary = summarize(results)
+    return {
+        "eval/success": summary["success_rate"],
+        "eval/length": summary["mean_length"],
+        "eval/return": summary["mean_return"],
+    }

@@ -1,0 +1,172 @@
+"""`embodrl sft`: behaviour cloning of any policy family from a LeRobotDataset v3 folder."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset
+
+from embodrl.config import ExperimentConfig
+from embodrl.data.chunk_dataset import ActionChunkDataset, collate_chunks
+from embodrl.data.lerobot_dataset import LeRobotDataset
+from embodrl.errors import UserError
+from embodrl.sims.registry import make_env
+from embodrl.train.checkpointing import load_trainer_state, rng_state, save_checkpoint, set_rng_state
+from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
+from embodrl.train.logger import MetricsLogger
+from embodrl.train.rl_runner import LAST, build_policy
+
+
+def few_shot_frames(dataset: LeRobotDataset, episodes_per_task: int) -> np.ndarray:
+    """Frame indices of the first `episodes_per_task` episodes of every task (all frames when 0)."""
+    if episodes_per_task == 0:
+        return np.arange(dataset.num_frames)
+    task_of_frame = dataset.column("task_index")
+    kept: dict[int, int] = {}
+    frames = []
+    for episode in range(dataset.num_episodes):
+        start, end = dataset.episode_range(episode)
+        task = int(task_of_frame[start])
+        if kept.get(task, 0) < episodes_per_task:
+            kept[task] = kept.get(task, 0) + 1
+            frames.append(np.arange(start, end))
+    return np.concatenate(frames)
+
+
+def warmup_cosine(warmup: int, total: int):
+    """LR multiplier: linear warm-up over `warmup` steps, then cosine decay to 0 at `total`."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(total - warmup, 1)
+        return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+    return factor
+
+
+class SFTRunner:
+    """Trains `policy.sft_loss` on action chunks, with evaluation in the env and atomic checkpoints."""
+
+    def __init__(self, cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> None:
+        self.cfg, self.run_dir, sft = cfg, run_dir, cfg.sft
+        if not sft.dataset:
+            raise UserError("set sft.dataset=<folder written by `embodrl collect`>")
+        if cfg.train.torch_threads:
+            torch.set_num_threads(cfg.train.torch_threads)
+        torch.manual_seed(cfg.seed)
+        self.env = make_env(cfg.env, device=cfg.device)
+        self.policy = build_policy(cfg, self.env)
+        dataset = LeRobotDataset(sft.dataset)
+        chunks = ActionChunkDataset(
+            dataset,
+            self.policy.cfg.chunk_size,
+            obs_keys=[k for k in self.policy.cfg.obs_keys if k != "task_id"],
+            action_dim=self.policy.cfg.action_dim,
+            instruction_table=self.env.instruction_table,
+        )
+        frames = few_shot_frames(dataset, sft.episodes_per_task)
+        self.num_samples = len(frames)
+        if not resume and not cfg.policy.init_from:
+            self.policy.set_normalization(chunks.normalization_stats())
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.loader = DataLoader(
+            Subset(chunks, frames.tolist()),
+            batch_size=sft.batch_size,
+            shuffle=True,
+            drop_last=len(frames) >= sft.batch_size,
+            collate_fn=collate_chunks,
+            num_workers=sft.num_workers,
+            generator=self.generator,
+        )
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=sft.lr, weight_decay=sft.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, warmup_cosine(sft.warmup_steps, sft.steps)
+        )
+        self.step = 0
+        if resume:
+            self._restore(run_dir / LAST)
+
+    def _batches(self):
+        while True:
+            yield from self.loader
+
+    def learn(self) -> dict:
+        sft, device = self.cfg.sft, torch.device(self.cfg.device)
+        logger = MetricsLogger(self.run_dir, sft.steps, self.step, self.cfg.train.tensorboard)
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=sft.precision == "bf16")
+        self.policy.train()
+        log_every = max(1, min(50, sft.steps // 20))
+        losses, started, seen = [], time.perf_counter(), 0
+        try:
+            for batch in self._batches():
+                if self.step >= sft.steps:
+                    break
+                batch = batch.to(device)
+                with autocast:
+                    loss = self.policy.sft_loss(batch)
+                if not torch.isfinite(loss):
+                    raise UserError(f"SFT loss became {loss.item()} at step {self.step}; lower sft.lr")
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), sft.max_grad_norm)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.step += 1
+                losses.append(loss.item())
+                seen += batch.batch_size[0]
+                metrics = {}
+                if self.step % log_every == 0 or self.step == sft.steps:
+                    elapsed = time.perf_counter() - started
+                    metrics = {
+                        "sft/loss": sum(losses) / len(losses),
+                        "sft/lr": self.scheduler.get_last_lr()[0],
+                        "sft/samples_per_s": seen / max(elapsed, 1e-9),
+                    }
+                    losses, started, seen = [], time.perf_counter(), 0
+                if sft.eval_every and self.step % sft.eval_every == 0:
+                    metrics.update(eval_metrics(evaluate_policy(self.policy, self.env, sft.eval_episodes)))
+                if metrics:
+                    logger.log(self.step, metrics)
+                else:
+                    logger.advance()
+                if self.step % sft.save_every == 0:
+                    self.save()
+        finally:  # nothing lost on a crash or Ctrl-C
+            logger.close()
+            self.save()
+        results = evaluate_policy(
+            self.policy,
+            self.env,
+            sft.eval_episodes,
+            record=2,
+            video_dir=self.run_dir / "videos",
+            progress=True,
+        )
+        summary = {"samples": self.num_samples, "steps": self.step, **summarize(results)}
+        (self.run_dir / "final_eval.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+    def save(self) -> Path:
+        state = {
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng_state({"loader": self.generator}),
+        }
+        return save_checkpoint(self.run_dir / LAST, self.policy, state)
+
+    def _restore(self, directory: Path) -> None:
+        from embodrl.policies.registry import load_policy
+
+        state = load_trainer_state(directory)
+        self.policy.load_state_dict(load_policy(directory / "policy", device=self.cfg.device).state_dict())
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"], {"loader": self.generator})
+        self.step = state["step"]

@@ -1,0 +1,204 @@
+"""Autoregressive VLA policy (OpenVLA-style): the VLA prefix, then C*A action tokens over 256 bins.
+
+Sequential decoding samples one token per forward pass with a KV cache; parallel decoding (OpenVLA-OFT)
+fills C*A learned placeholder slots in one pass. Both restrict the distribution to the 256 action
+tokens (logits from just those LM-head rows: the same as masking every other id, padding included),
+then apply temperature and top-k. Log-probs and entropy come from that same processed distribution.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDict
+from torch import nn
+
+from embodrl.policies.autoregressive.action_tokenizer import NUM_ACTION_TOKENS, ActionTokenizer
+from embodrl.policies.base import ActOut, EvalOut, Policy
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.modules.logprob import reduce_logprob
+from embodrl.policies.modules.mlp import ValueHead
+from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
+from embodrl.policies.modules.sft import check_action_batch, masked_mean
+from embodrl.policies.vla.modeling import VLABackbone, pool, prefix_lm_mask
+from embodrl.policies.vla.prefix import (
+    VLACheckpointMixin,
+    VLAPrefixEncoder,
+    check_replay,
+    require_bounded_actions,
+)
+
+REPLAY_KEYS = ("action_index", "temperature", "top_k")
+
+
+def processed_log_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Action-token logits [N, T, 256] -> log-probs after temperature [N] and top-k [N] (0: off)."""
+    scaled = logits / temperature.view(-1, 1, 1)
+    ranked = scaled.sort(dim=-1, descending=True).values
+    kth = ranked.gather(-1, (top_k.view(-1, 1, 1) - 1).clamp(min=0).expand(*scaled.shape[:2], 1))
+    drop = (top_k.view(-1, 1, 1) > 0) & (scaled < kth)
+    return F.log_softmax(scaled.masked_fill(drop, float("-inf")), dim=-1)
+
+
+def entropy(log_probs: torch.Tensor) -> torch.Tensor:
+    """Entropy of categoricals [..., K] whose filtered classes have log-prob -inf."""
+    return -(log_probs.exp() * log_probs.masked_fill(torch.isinf(log_probs), 0.0)).sum(-1)
+
+
+class AutoregressivePolicy(VLACheckpointMixin, Policy):
+    """VLA + action tokens; replay stores the token indices and the sampling temperature and top-k."""
+
+    family = "autoregressive"
+
+    def __init__(
+        self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]], device: str = "cpu"
+    ) -> None:
+        super().__init__()
+        require_bounded_actions(cfg, self.family)
+        self.cfg, self.obs_shapes = cfg, dict(obs_shapes)
+        self.chunk_shape = (cfg.chunk_size, cfg.action_dim)
+        self.num_slots = cfg.chunk_size * cfg.action_dim
+        self.normalizers = make_normalizers(cfg, self.obs_shapes)
+        self.prefix_encoder = VLAPrefixEncoder(cfg, self.obs_shapes, self.normalizers)
+        language = cfg.vla.architecture.language
+        hidden = language.hidden_size
+        self.action_tokenizer = ActionTokenizer(language.vocab_size)
+        self.lm_head = nn.Linear(hidden, language.padded_vocab_size, bias=False)
+        self.parallel = cfg.autoregressive.decoding == "parallel"
+        if self.parallel:
+            self.slot_embeddings = nn.Parameter(0.02 * torch.randn(self.num_slots, hidden))  # [C*A, H]
+        self.value_encoder = (
+            ObsEncoder(cfg, cfg.value_obs_keys, self.obs_shapes, self.normalizers)
+            if cfg.value_obs_keys
+            else None
+        )
+        critic_in = self.value_encoder.out_dim if self.value_encoder else 2 * hidden
+        self.critic = ValueHead(critic_in, cfg.value_hidden_dims)
+        self.to(device)
+
+    @property
+    def backbone(self) -> VLABackbone:
+        return self.prefix_encoder.backbone
+
+    def action_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Hidden states [..., H] -> logits over the 256 action tokens [..., 256]."""
+        first = self.action_tokenizer.first_token
+        return hidden @ self.lm_head.weight[first : first + NUM_ACTION_TOKENS].T
+
+    def _value(self, obs: TensorDict, prefix_hidden: torch.Tensor, prefix_mask: torch.Tensor) -> torch.Tensor:
+        if self.value_encoder is not None:
+            return self.critic(self.value_encoder(obs))
+        return self.critic(pool(prefix_hidden, prefix_mask))
+
+    def _sampling_params(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        acfg, device = self.cfg.autoregressive, self.lm_head.weight.device
+        return (
+            torch.full((n,), acfg.temperature, device=device),
+            torch.full((n,), acfg.top_k, dtype=torch.long, device=device),
+        )
+
+    def _parallel_logits(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One pass over prefix + slots: action logits [N, C*A, 256], prefix hidden and mask."""
+        prefix = self.prefix_encoder(obs)
+        n, p = prefix.mask.shape
+        slots = self.slot_embeddings.unsqueeze(0).expand(n, -1, -1)
+        embeds = torch.cat([prefix.embeds, slots], dim=1)
+        hidden = self.backbone(embeds, prefix_lm_mask(prefix.mask, self.num_slots)).last_hidden_state
+        return self.action_logits(hidden[:, p:]), hidden[:, :p], prefix.mask
+
+    def _teacher_forced_logits(
+        self, obs: TensorDict, index: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Causal pass over prefix + tokens [N, C*A]: logits predicting each token, prefix hidden, mask."""
+        prefix = self.prefix_encoder(obs)
+        n, p = prefix.mask.shape
+        tokens = self.backbone.embed_tokens(self.action_tokenizer.to_token(index[:, :-1]))
+        embeds = torch.cat([prefix.embeds, tokens], dim=1)
+        mask = torch.cat([prefix.mask, prefix.mask.new_ones(n, self.num_slots - 1)], dim=1).long()
+        hidden = self.backbone(embeds, mask).last_hidden_state
+        return self.action_logits(hidden[:, p - 1 :]), hidden[:, :p], prefix.mask
+
+    def _pick(self, log_probs: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        if deterministic:
+            return log_probs.argmax(-1)
+        return torch.distributions.Categorical(logits=log_probs).sample()
+
+    @torch.no_grad()
+    def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
+        n = obs.batch_size[0]
+        temperature, top_k = self._sampling_params(n)
+        if self.parallel:
+            logits, prefix_hidden, prefix_mask = self._parallel_logits(obs)
+            log_probs = processed_log_probs(logits, temperature, top_k)  # [N, C*A, 256]
+            index = self._pick(log_probs, deterministic)  # [N, C*A]
+        else:
+            index, log_probs, prefix_hidden, prefix_mask = self._decode_sequentially(
+                obs, temperature, top_k, deterministic
+            )
+        token_logprob = log_probs.gather(-1, index.unsqueeze(-1)).view(n, *self.chunk_shape)
+        actions_norm = self.action_tokenizer.to_action(index).view(n, *self.chunk_shape)
+        replay = TensorDict(
+            {"action_index": index, "temperature": temperature, "top_k": top_k}, batch_size=[n]
+        )
+        return ActOut(
+            actions=self.normalizers["action"].unnormalize(actions_norm),
+            logprob=reduce_logprob(token_logprob, self.cfg.logprob_type),
+            value=self._value(obs, prefix_hidden, prefix_mask),
+            replay=replay,
+        )
+
+    def _decode_sequentially(
+        self, obs: TensorDict, temperature: torch.Tensor, top_k: torch.Tensor, deterministic: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """OpenVLA decoding with a KV cache: token indices [N, C*A] and their log-probs [N, C*A, 256]."""
+        prefix = self.prefix_encoder(obs)
+        out = self.backbone(prefix.embeds, prefix.mask.long(), use_cache=True)
+        prefix_hidden, mask = out.last_hidden_state, prefix.mask.long()
+        hidden = prefix_hidden[:, -1:]
+        indices, log_probs = [], []
+        for step in range(self.num_slots):
+            step_log_probs = processed_log_probs(
+                self.action_logits(hidden), temperature, top_k
+            )  # [N, 1, 256]
+            index = self._pick(step_log_probs, deterministic)  # [N, 1]
+            indices.append(index)
+            log_probs.append(step_log_probs)
+            if step + 1 < self.num_slots:
+                mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+                token = self.backbone.embed_tokens(self.action_tokenizer.to_token(index))
+                out = self.backbone(token, mask, cache=out.cache, use_cache=True)
+                hidden = out.last_hidden_state
+        return torch.cat(indices, 1), torch.cat(log_probs, 1), prefix_hidden, prefix.mask
+
+    def _logits(
+        self, obs: TensorDict, index: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Logits predicting the C*A tokens `index` [N, C*A] (teacher-forced when sequential)."""
+        return self._parallel_logits(obs) if self.parallel else self._teacher_forced_logits(obs, index)
+
+    def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
+        check_replay(replay, REPLAY_KEYS, self.family)
+        index = replay["action_index"]  # [N, C*A]
+        logits, prefix_hidden, prefix_mask = self._logits(obs, index)
+        log_probs = processed_log_probs(logits, replay["temperature"], replay["top_k"])
+        token_logprob = log_probs.gather(-1, index.unsqueeze(-1)).view(-1, *self.chunk_shape)
+        return EvalOut(
+            logprob=reduce_logprob(token_logprob, self.cfg.logprob_type),
+            entropy=entropy(log_probs).mean(-1),  # [N], mean per action token
+            value=self._value(obs, prefix_hidden, prefix_mask),
+        )
+
+    def value(self, obs: TensorDict) -> torch.Tensor:
+        if self.value_encoder is not None:
+            return self.critic(self.value_encoder(obs))
+        prefix = self.prefix_encoder(obs)
+        hidden = self.backbone(prefix.embeds, prefix.mask.long()).last_hidden_state
+        return self.critic(pool(hidden, prefix.mask))
+
+    def sft_loss(self, batch: TensorDict) -> torch.Tensor:
+        """Cross-entropy of the demo chunk's action tokens (256-way, temperature 1), ignoring padded steps."""
+        target = self.normalizers["action"](check_action_batch(batch, self.chunk_shape))  # [B, C, A]
+        index = self.action_tokenizer.to_index(target).flatten(1)  # [B, C*A]
+        logits, _, _ = self._logits(batch, index)
+        nll = F.cross_entropy(logits.flatten(0, 1), index.flatten(), reduction="none")
+        return masked_mean(nll.view_as(target), batch.get("action_is_pad", None))

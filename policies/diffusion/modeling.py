@@ -1,0 +1,122 @@
+"""Diffusion policy: an epsilon-prediction MLP over the normalized action chunk, conditioned on observation
+features (the shared ObsEncoder, or the VLA backbone's pooled prefix), sampled with a diffusers schedule.
+RL sees the last K' denoising steps as a Gaussian MDP (DPPO, see dppo.py); replay stores their chain.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from tensordict import TensorDict
+
+from embodrl.policies.base import ActOut, EvalOut, Policy
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.diffusion.dppo import DenoisingMDP
+from embodrl.policies.modules.logprob import reduce_logprob
+from embodrl.policies.modules.mlp import ValueHead, mlp
+from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
+from embodrl.policies.modules.sft import check_action_batch, masked_mean
+from embodrl.policies.modules.time_features import time_features
+from embodrl.policies.vla.modeling import pool
+from embodrl.policies.vla.prefix import (
+    VLACheckpointMixin,
+    VLAPrefixEncoder,
+    check_replay,
+    require_bounded_actions,
+)
+
+
+class DiffusionPolicy(VLACheckpointMixin, Policy):
+    """DDPM/DDIM action head with the DPPO likelihood; replay holds the chain [N, K'+1, C, A]."""
+
+    family = "diffusion"
+
+    def __init__(
+        self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]], device: str = "cpu"
+    ) -> None:
+        super().__init__()
+        require_bounded_actions(cfg, self.family)
+        self.cfg, self.obs_shapes = cfg, dict(obs_shapes)
+        self.chunk_shape = (cfg.chunk_size, cfg.action_dim)
+        dcfg = cfg.diffusion
+        self.normalizers = make_normalizers(cfg, self.obs_shapes)
+        if dcfg.conditioning == "vla":
+            self.prefix_encoder, self.encoder = VLAPrefixEncoder(cfg, self.obs_shapes, self.normalizers), None
+            feature_dim = 2 * self.prefix_encoder.hidden_size
+        else:
+            self.prefix_encoder = None
+            self.encoder = ObsEncoder(cfg, cfg.obs_keys, self.obs_shapes, self.normalizers)
+            feature_dim = self.encoder.out_dim
+        self.value_encoder = (
+            ObsEncoder(cfg, cfg.value_obs_keys, self.obs_shapes, self.normalizers)
+            if cfg.value_obs_keys
+            else None
+        )
+        chunk_numel = math.prod(self.chunk_shape)
+        self.denoiser = mlp(
+            feature_dim + chunk_numel + 2 * dcfg.num_time_frequencies, dcfg.hidden_dims, chunk_numel
+        )
+        self.critic = ValueHead(
+            self.value_encoder.out_dim if self.value_encoder else feature_dim, cfg.value_hidden_dims
+        )
+        self.mdp = DenoisingMDP(dcfg)
+        self.to(device)
+
+    def features(self, obs: TensorDict, augment: bool = False) -> torch.Tensor:
+        """Conditioning features [N, F] of an observation batch."""
+        if self.encoder is not None:
+            return self.encoder(obs, augment=augment)
+        prefix = self.prefix_encoder(obs)
+        hidden = self.prefix_encoder.backbone(prefix.embeds, prefix.mask.long()).last_hidden_state
+        return pool(hidden, prefix.mask)
+
+    def _eps_model(self, features: torch.Tensor):
+        """eps(x_t [M, C, A], t [M]) for M = a multiple of N, rows env-major (features repeated to match)."""
+        time_scale = 1.0 / self.cfg.diffusion.num_train_timesteps
+
+        def eps(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            cond = features.repeat_interleave(x.shape[0] // features.shape[0], dim=0)
+            times = time_features(t.float() * time_scale, self.cfg.diffusion.num_time_frequencies)
+            return self.denoiser(torch.cat([cond, x.flatten(1), times], dim=-1)).view_as(x)
+
+        return eps
+
+    def _value(self, obs: TensorDict, features: torch.Tensor) -> torch.Tensor:
+        return self.critic(features if self.value_encoder is None else self.value_encoder(obs))
+
+    @torch.no_grad()
+    def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
+        features = self.features(obs)
+        eps = self._eps_model(features)
+        n = features.shape[0]
+        chain = self.mdp.sample(
+            eps, (n, *self.chunk_shape), features.device, deterministic
+        )  # [N, K'+1, C, A]
+        logprob, _ = self.mdp.chain_logprob(eps, chain)
+        action_norm = chain[:, -1].clamp(-1.0, 1.0)  # the env gets clipped actions; the chain stays exact
+        return ActOut(
+            actions=self.normalizers["action"].unnormalize(action_norm),
+            logprob=reduce_logprob(logprob, self.cfg.logprob_type),
+            value=self._value(obs, features),
+            replay=TensorDict({"chain": chain}, batch_size=[n]),
+        )
+
+    def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
+        check_replay(replay, ("chain",), self.family)
+        features = self.features(obs)
+        logprob, entropy = self.mdp.chain_logprob(self._eps_model(features), replay["chain"])
+        return EvalOut(
+            logprob=reduce_logprob(logprob, self.cfg.logprob_type),
+            entropy=entropy,
+            value=self._value(obs, features),
+        )
+
+    def value(self, obs: TensorDict) -> torch.Tensor:
+        return self._value(obs, self.features(obs) if self.value_encoder is None else None)
+
+    def sft_loss(self, batch: TensorDict) -> torch.Tensor:
+        """Noise-prediction MSE on the normalized demo chunk, ignoring padded steps."""
+        target = self.normalizers["action"](check_action_batch(batch, self.chunk_shape)).clamp(-1.0, 1.0)
+        terms = self.mdp.sft_loss_terms(target, self._eps_model(self.features(batch, augment=True)))
+        return masked_mean(terms, batch.get("action_is_pad", None))

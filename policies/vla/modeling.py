@@ -1,0 +1,208 @@
+"""The shared VLA prefix: vision towers, projector and a `transformers` language model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    Dinov2WithRegistersConfig,
+    Dinov2WithRegistersModel,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    SiglipVisionConfig,
+    SiglipVisionModel,
+)
+
+from embodrl.errors import UserError
+from embodrl.policies.vla.configuration import (
+    LanguageModelConfig,
+    VisionTowerConfig,
+    VLAArchitecture,
+    VLAConfig,
+)
+from embodrl.policies.vla.tokenizer import tokenize_instructions
+
+
+def build_vision_tower(cfg: VisionTowerConfig) -> PreTrainedModel:
+    """A randomly initialised SigLIP or DINOv2 (with registers) ViT shaped by `cfg`."""
+    if cfg.kind == "siglip":
+        config = SiglipVisionConfig(
+            hidden_size=cfg.hidden_size,
+            intermediate_size=cfg.intermediate_size,
+            num_hidden_layers=cfg.num_layers,
+            num_attention_heads=cfg.num_heads,
+            image_size=cfg.image_size,
+            patch_size=cfg.patch_size,
+            vision_use_head=False,  # PaliGemma/Prismatic read patch features, not the pooled head
+        )
+        return SiglipVisionModel(config)
+    config = Dinov2WithRegistersConfig(
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        mlp_ratio=cfg.intermediate_size // cfg.hidden_size,
+        image_size=cfg.image_size,
+        patch_size=cfg.patch_size,
+        num_register_tokens=cfg.num_register_tokens,
+    )
+    return Dinov2WithRegistersModel(config)
+
+
+def build_language_model(cfg: LanguageModelConfig, with_embeddings: bool = True) -> PreTrainedModel:
+    """A randomly initialised decoder (LlamaModel/Qwen2Model/GemmaModel) built from its config."""
+    config = AutoConfig.for_model(
+        cfg.model_type,
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        intermediate_size=cfg.intermediate_size,
+        vocab_size=cfg.padded_vocab_size,
+        max_position_embeddings=cfg.max_positions,
+    )
+    config._attn_implementation = "sdpa"  # takes our custom 4D masks (parallel decoding) as given
+    model = AutoModel.from_config(config)
+    if not with_embeddings:
+        model.embed_tokens = None  # pi0's action expert reads embeddings from the action projection only
+    return model
+
+
+def build_projector(kind: str, vision_dim: int, hidden: int) -> nn.Module:
+    """Vision features -> language-model width (PaliGemma linear, LLaVA MLP, Prismatic fused GELU MLP)."""
+    if kind == "linear":
+        return nn.Linear(vision_dim, hidden)
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(vision_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden))
+    return nn.Sequential(
+        nn.Linear(vision_dim, 4 * vision_dim),
+        nn.GELU(),
+        nn.Linear(4 * vision_dim, hidden),
+        nn.GELU(),
+        nn.Linear(hidden, hidden),
+    )
+
+
+@dataclass
+class Prefix:
+    """Prefix embeddings [N, P, H] and which positions are real (not instruction padding) [N, P]."""
+
+    embeds: torch.Tensor
+    mask: torch.Tensor
+
+
+class VLABackbone(nn.Module):
+    """Main/wrist images, instruction and proprio state -> prefix embeddings -> language-model features.
+
+    Sequence layout: [patches of each image key] [instruction, right-padded to a fixed length] [state].
+    Images come first so every query position has at least one real key to attend to.
+    """
+
+    def __init__(
+        self,
+        architecture: VLAArchitecture,
+        image_keys: Sequence[str],
+        state_dim: int,
+        tokenizer: PreTrainedTokenizerFast | None = None,
+        max_instruction_tokens: int = VLAConfig.max_instruction_tokens,
+    ) -> None:
+        super().__init__()
+        self.architecture, self.image_keys, self.tokenizer = architecture, tuple(image_keys), tokenizer
+        self.max_instruction_tokens = max_instruction_tokens
+        self.vision_towers = nn.ModuleList(build_vision_tower(t) for t in architecture.vision_towers)
+        hidden = architecture.language.hidden_size
+        self.projector = build_projector(architecture.projector, architecture.vision_dim, hidden)
+        self.language_model = build_language_model(architecture.language)
+        self.state_projection = nn.Linear(state_dim, hidden) if state_dim > 0 else None
+        for i, tower in enumerate(architecture.vision_towers):
+            self.register_buffer(f"image_mean_{i}", torch.tensor(tower.image_mean).view(1, 3, 1, 1), False)
+            self.register_buffer(f"image_std_{i}", torch.tensor(tower.image_std).view(1, 3, 1, 1), False)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.architecture.language.hidden_size
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 [N, H, W, 3] -> projected patch embeddings [N, patches, hidden]."""
+        size = self.architecture.vision_towers[0].image_size
+        if tuple(images.shape[1:3]) != (size, size):
+            raise UserError(
+                f"images are {images.shape[1]}x{images.shape[2]} px but this VLA preset expects "
+                f"{size}x{size}; set the env's image size to {size}"
+            )
+        pixels = images.permute(0, 3, 1, 2).float() / 255.0  # [N, 3, H, W] in [0, 1]
+        features = []
+        towers = zip(self.vision_towers, self.architecture.vision_towers, strict=True)
+        for i, (tower, cfg) in enumerate(towers):
+            normalized = (pixels - getattr(self, f"image_mean_{i}")) / getattr(self, f"image_std_{i}")
+            out = tower(pixel_values=normalized).last_hidden_state  # [N, tokens, D_i]
+            features.append(out[:, out.shape[1] - cfg.num_patches :])  # drop CLS/register tokens (DINOv2)
+        return self.projector(torch.cat(features, dim=-1))
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token ids [N, T] -> input embeddings [N, T, hidden]."""
+        return self.language_model.embed_tokens(ids)
+
+    def embed_prefix(self, obs: TensorDict, state: torch.Tensor | None) -> Prefix:
+        """Prefix of an observation batch; `state` is the already normalized proprio state [N, S]."""
+        n, device = obs.batch_size[0], self.language_model.embed_tokens.weight.device
+        parts, masks = [], []
+        if self.image_keys:
+            images = torch.cat([obs[key] for key in self.image_keys], dim=0)  # one tower pass for all cameras
+            for patches in self.encode_images(images).chunk(len(self.image_keys), dim=0):
+                parts.append(patches)
+                masks.append(torch.ones(patches.shape[:2], dtype=torch.bool, device=device))
+        if "instruction" not in obs.keys():
+            raise UserError(
+                "a VLA policy needs obs['instruction'] (N strings); add env.instructions(obs['task_id'])"
+            )
+        ids, ids_mask = tokenize_instructions(
+            self.tokenizer, list(obs["instruction"]), self.max_instruction_tokens, device
+        )
+        parts.append(self.embed_tokens(ids))
+        masks.append(ids_mask)
+        if self.state_projection is not None:
+            parts.append(self.state_projection(state).unsqueeze(1))
+            masks.append(torch.ones(n, 1, dtype=torch.bool, device=device))
+        return Prefix(torch.cat(parts, dim=1), torch.cat(masks, dim=1))
+
+    def forward(
+        self,
+        embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache=None,
+        use_cache: bool = False,
+    ):
+        """Run the language model on input embeddings [N, T, H] with a 2D padding mask [N, past + T] (causal)
+        or a custom 4D boolean mask [N, 1, T, past + T] (True: may attend). Returns the model output."""
+        return self.language_model(
+            inputs_embeds=embeds,
+            attention_mask=attention_mask,
+            cache=cache,
+            use_cache=use_cache,
+        )
+
+
+def pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Prefix summary [N, 2H]: the mean over real positions (pi0.5's value input) joined with the last
+    position, which under causal attention has seen the whole prefix (OpenVLA's value input)."""
+    weights = mask.to(hidden.dtype).unsqueeze(-1)
+    mean = (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+    return torch.cat([mean, hidden[:, -1]], dim=-1)
+
+
+def prefix_lm_mask(prefix_mask: torch.Tensor, num_slots: int) -> torch.Tensor:
+    """4D mask [N, 1, P+S, P+S]: causal over the prefix, and S slots that see the whole prefix and each
+    other (OpenVLA-OFT's bidirectional action slots). Padding keys are never attended."""
+    n, p = prefix_mask.shape
+    total = p + num_slots
+    idx = torch.arange(total, device=prefix_mask.device)
+    allowed = (idx[None, :] <= idx[:, None]) | ((idx[:, None] >= p) & (idx[None, :] >= p))  # [T, T]
+    keys = torch.cat([prefix_mask, torch.ones(n, num_slots, dtype=torch.bool, device=prefix_mask.device)], 1)
+    return (allowed[None] & keys[:, None, :]).unsqueeze(1)

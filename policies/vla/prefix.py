@@ -1,0 +1,91 @@
+"""What the VLA families share: observation -> prefix embeddings, and checkpoints carrying the tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tensordict import TensorDict
+from torch import nn
+
+from embodrl.errors import ConfigError, UserError
+from embodrl.policies.checkpoint import CheckpointMixin
+from embodrl.policies.config import IMAGE_KEYS, PolicyConfig
+from embodrl.policies.vla.modeling import Prefix, VLABackbone
+from embodrl.policies.vla.tokenizer import load_tokenizer, train_tokenizer
+
+VLA_OBS_KEYS = ("rgb", "wrist_rgb", "state")
+
+
+class VLAPrefixEncoder(nn.Module):
+    """Reads `cfg.obs_keys` (images, state) plus obs["instruction"] and embeds them as the VLA prefix."""
+
+    def __init__(
+        self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]], normalizers: nn.ModuleDict
+    ) -> None:
+        super().__init__()
+        unsupported = [k for k in cfg.obs_keys if k not in VLA_OBS_KEYS]
+        missing = [k for k in cfg.obs_keys if k not in obs_shapes]
+        if unsupported or missing:
+            raise UserError(
+                f"a VLA policy reads {list(VLA_OBS_KEYS)} from the env (env keys: {sorted(obs_shapes)}); "
+                f"policy.obs_keys lists {unsupported + missing}: remove them or change the env's obs_mode"
+            )
+        self.keys = tuple(cfg.obs_keys)
+        self.uses_state = "state" in cfg.obs_keys
+        # A plain dict, so the normalizer stays owned (and saved) by the policy alone, not registered twice.
+        self._normalizers = {"state": normalizers["state"]} if self.uses_state else {}
+        self.backbone = VLABackbone(
+            cfg.vla.architecture,
+            image_keys=[k for k in cfg.obs_keys if k in IMAGE_KEYS],
+            state_dim=obs_shapes["state"][-1] if self.uses_state else 0,
+            tokenizer=train_tokenizer(cfg.vla.instructions, cfg.vla.tokenizer_vocab_size),
+            max_instruction_tokens=cfg.vla.max_instruction_tokens,
+        )
+
+    @property
+    def hidden_size(self) -> int:
+        return self.backbone.hidden_size
+
+    def forward(self, obs: TensorDict) -> Prefix:
+        missing = [k for k in self.keys if k not in obs.keys()]
+        if missing:
+            raise UserError(
+                f"observation lacks {missing} that the policy reads; present: {sorted(obs.keys())}"
+            )
+        state = self._normalizers["state"](obs["state"].float()) if self.uses_state else None
+        return self.backbone.embed_prefix(obs, state)
+
+
+class VLACheckpointMixin(CheckpointMixin):
+    """Checkpoints of VLA families: the shared files plus the instruction tokenizer (tokenizer.json)."""
+
+    prefix_encoder: VLAPrefixEncoder | None  # None: a family variant without the VLA (no tokenizer)
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        super().save_pretrained(directory)
+        if self.prefix_encoder is not None:
+            self.prefix_encoder.backbone.tokenizer.save_pretrained(str(directory))
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str = "cpu"):
+        policy = super().from_pretrained(directory, device=device)
+        if policy.prefix_encoder is not None:
+            # The constructor retrained a tokenizer from the config's corpus; the saved one is authoritative.
+            policy.prefix_encoder.backbone.tokenizer = load_tokenizer(directory)
+        return policy
+
+
+def require_bounded_actions(cfg: PolicyConfig, family: str) -> None:
+    """Token bins and clipped diffusion samples live in [-1, 1]: actions must be normalized into it."""
+    if cfg.action_normalization == "mean_std":
+        raise ConfigError(
+            f"the {family} family models actions in [-1, 1]; set policy.action_normalization=quantile "
+            "(q01 -> -1, q99 -> +1, as OpenVLA) or identity for actions already in [-1, 1]"
+        )
+
+
+def check_replay(replay: TensorDict, keys: tuple[str, ...], family: str) -> None:
+    """Raise a UserError when `replay` lacks what `evaluate` of `family` needs."""
+    missing = [k for k in keys if k not in replay.keys()]
+    if missing:
+        raise UserError(f"replay lacks {missing}: it was not produced by a {family} policy's act()")

@@ -1,0 +1,172 @@
+"""Demo collection: expert labels, DART noise, dropped failures, the dataset written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from embodrl.data.collect import CollectConfig, collect_demos, collect_episodes, dataset_features
+from embodrl.data.lerobot_dataset import LeRobotDataset, LeRobotDatasetWriter
+from embodrl.errors import UserError
+from embodrl.sims.base import ActionSpec, StepResult, TensorSpec, VecEnv
+from embodrl.sims.config import EnvConfig
+
+INSTRUCTIONS = ["reach the red target", "push the blue cube"]
+
+
+class CountingEnv(VecEnv):
+    """Episodes from state id s last 3 + s % 4 steps, fail when s % 5 == 4, use instruction s % 2.
+
+    The expert's action encodes (state id, step) so labels can be checked; executed actions are logged.
+    """
+
+    def __init__(self, num_envs: int = 3, image: bool = True):
+        self.num_envs, self.device, self.image = num_envs, torch.device("cpu"), image
+        self.state_id = np.zeros(num_envs, dtype=np.int64)
+        self.t = np.zeros(num_envs, dtype=np.int64)
+        self.executed: dict[int, list[np.ndarray]] = {}  # state id -> actions executed
+
+    @property
+    def action_spec(self) -> ActionSpec:
+        return ActionSpec(3, names=("a", "b", "c"))
+
+    @property
+    def observation_spec(self) -> dict[str, TensorSpec]:
+        spec = {"state": TensorSpec((2,), torch.float32), "task_id": TensorSpec((), torch.int64)}
+        if self.image:
+            spec["rgb"] = TensorSpec((16, 16, 3), torch.uint8)
+        return spec
+
+    @property
+    def instruction_table(self) -> list[str]:
+        return INSTRUCTIONS
+
+    @property
+    def num_init_states(self) -> int:
+        return 1000
+
+    def _obs(self) -> TensorDict:
+        obs = {
+            "state": torch.tensor(np.stack([self.state_id, self.t], -1), dtype=torch.float32),
+            "task_id": torch.from_numpy(self.state_id % 2),
+        }
+        if self.image:
+            obs["rgb"] = torch.from_numpy(
+                np.broadcast_to((self.t * 20)[:, None, None, None], (self.num_envs, 16, 16, 3)).astype(
+                    np.uint8
+                )
+            )
+        return TensorDict(obs, batch_size=[self.num_envs])
+
+    def reset(self, seed=None, options=None) -> TensorDict:
+        return self.reset_to(torch.arange(self.num_envs))
+
+    def reset_to(self, state_ids, env_ids=None) -> TensorDict:
+        env_ids = self.check_state_ids(state_ids, env_ids).numpy()
+        self.state_id[env_ids] = torch.as_tensor(state_ids).numpy()
+        self.t[env_ids] = 0
+        for s in self.state_id[env_ids]:
+            self.executed[int(s)] = []
+        return self._obs()
+
+    def expert_actions(self) -> torch.Tensor:
+        return torch.tensor(
+            np.stack([self.state_id / 1000, self.t / 10, np.zeros(self.num_envs)], -1), dtype=torch.float32
+        )
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        actions = self.check_actions(actions)
+        for i, s in enumerate(self.state_id):
+            self.executed[int(s)].append(actions[i, 0].numpy().copy())
+        self.t += 1
+        done = self.t >= 3 + self.state_id % 4
+        success = done & (self.state_id % 5 != 4)
+        final = self._obs()
+        for i in np.flatnonzero(done):  # auto-reset to some other state
+            self.state_id[i], self.t[i] = 999, 0
+            self.executed[999] = []
+        n = self.num_envs
+        return StepResult(
+            obs=self._obs(),
+            reward=torch.from_numpy(success.astype(np.float32))[:, None],
+            terminated=torch.from_numpy(done),
+            truncated=torch.zeros(n, dtype=torch.bool),
+            success=torch.from_numpy(success),
+            final_obs=final,
+            steps_executed=torch.ones(n, dtype=torch.int64),
+            batch_size=[n],
+        )
+
+    def render(self, env_ids=None) -> torch.Tensor:
+        return self._obs()["rgb"]
+
+
+def _collect(tmp_path, cfg: CollectConfig, num_episodes: int, env: CountingEnv) -> LeRobotDataset:
+    with LeRobotDatasetWriter(tmp_path / "demos", cfg.fps, dataset_features(env)) as writer:
+        kept, failed = collect_episodes(env, writer, num_episodes, cfg)
+    assert kept == num_episodes
+    return LeRobotDataset(tmp_path / "demos")
+
+
+def test_collects_successes_with_clean_labels_and_drops_failures(tmp_path):
+    env = CountingEnv(num_envs=3)
+    cfg = CollectConfig(noise_std=0.5, first_state_id=10, seed=1)
+    with LeRobotDatasetWriter(tmp_path / "demos", cfg.fps, dataset_features(env)) as writer:
+        kept, failed = collect_episodes(env, writer, 8, cfg)
+    # state ids from 10: 14 fails (s % 5 == 4), so the first 9 attempts give the 8 successes
+    assert (kept, failed) == (8, 1)
+    ds = LeRobotDataset(tmp_path / "demos")
+    assert ds.num_episodes == 8
+    assert set(ds.features) >= {"observation.state", "observation.images.main", "action"}
+    starts = sorted(int(ds.episode(e)["observation.state"][0, 0]) for e in range(8))
+    assert starts == [10, 11, 12, 13, 15, 16, 17, 18]
+    for e in range(8):
+        ep = ds.episode(e)
+        state_id = int(ep["observation.state"][0, 0])
+        length = 3 + state_id % 4
+        assert len(ep["action"]) == length
+        assert ep["task"] == INSTRUCTIONS[state_id % 2]
+        np.testing.assert_array_equal(ep["observation.state"][:, 1], np.arange(length))
+        clean = np.stack([np.full(length, state_id / 1000), np.arange(length) / 10, np.zeros(length)], -1)
+        np.testing.assert_allclose(ep["action"], clean, atol=1e-6)  # labels are the clean expert actions
+        executed = np.stack(env.executed[state_id])
+        noisy = (state_id - cfg.first_state_id) % 2 == 1  # DART: odd-numbered attempts
+        assert (np.abs(executed - clean).max() > 0.05) == noisy
+        assert (
+            np.abs(ep["observation.images.main"][:, 0, 0, 0].astype(int) - np.arange(length) * 20).max() <= 6
+        )
+
+
+def test_result_does_not_depend_on_the_number_of_envs(tmp_path):
+    cfg = CollectConfig(first_state_id=0, noise_std=0.3)
+    env_one, env_four = CountingEnv(num_envs=1, image=False), CountingEnv(num_envs=4, image=False)
+    one = _collect(tmp_path / "one", cfg, 5, env_one)
+    four = _collect(tmp_path / "four", cfg, 5, env_four)
+    np.testing.assert_array_equal(np.stack(env_one.executed[3]), np.stack(env_four.executed[3]))  # same noise
+
+    def starts(ds: LeRobotDataset) -> list[int]:
+        return sorted(int(ds.episode(e)["observation.state"][0, 0]) for e in range(ds.num_episodes))
+
+    assert starts(one) == starts(four) == [0, 1, 2, 3, 5]
+
+
+def test_bad_settings_raise_user_errors(tmp_path):
+    env = CountingEnv()
+    writer = LeRobotDatasetWriter(tmp_path / "demos", 20, dataset_features(env))
+    with pytest.raises(UserError, match="initial states"):
+        collect_episodes(env, writer, 600, CollectConfig(first_state_id=0))
+    with pytest.raises(UserError, match="episodes_per_task"):
+        CollectConfig(episodes_per_task=0)
+
+
+def test_collects_every_tabletop_task_into_one_dataset(tmp_path):
+    env_cfg = EnvConfig(suite="tabletop-basic", num_envs=2, num_threads=1)
+    stats = collect_demos(env_cfg, tmp_path / "demos", CollectConfig(episodes_per_task=2), progress=False)
+    ds = LeRobotDataset(tmp_path / "demos")
+    assert stats.episodes == ds.num_episodes == 2 * len(stats.per_task) == 12
+    assert stats.frames == ds.num_frames
+    assert ds.features["action"]["shape"] == [7]
+    assert {"observation.state", "observation.environment_state"} <= set(ds.features)
+    assert len(ds.tasks) >= 6

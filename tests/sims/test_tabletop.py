@@ -1,0 +1,170 @@
+import numpy as np
+import pytest
+import torch
+
+from embodrl.errors import ConfigError, UserError
+from embodrl.sims.base import VecEnv
+from embodrl.sims.config import EnvConfig
+from embodrl.sims.registry import make_env
+from embodrl.sims.tabletop import describe, physics
+from embodrl.sims.tabletop.tasks import TASK_NAMES
+
+
+def _env(**kw):
+    return make_env(EnvConfig(**{"num_envs": 4, **kw}))
+
+
+def test_reset_to_is_bit_identical_across_envs_instances_and_history():
+    env, other = _env(suite="tabletop-lang"), _env(suite="tabletop-lang", seed=5)
+    ids = torch.tensor([11, 12, 11, 99_999])
+    first = env.reset_to(ids)
+    qpos = env.physics.qpos.copy()
+    for _ in range(3):  # history must not leak into the initial state
+        env.step(torch.rand(4, 2, 7) * 2 - 1)
+        other.step(torch.rand(4, 2, 7) * 2 - 1)
+    again, there = env.reset_to(ids), other.reset_to(ids)
+    assert np.array_equal(env.physics.qpos, qpos) and np.array_equal(other.physics.qpos, qpos)
+    assert np.array_equal(qpos[0], qpos[2]) and not np.array_equal(qpos[0], qpos[1])
+    for key in first.keys():
+        assert torch.equal(first[key], again[key]) and torch.equal(first[key], there[key])
+
+
+def test_reset_to_subset_leaves_other_envs_alone():
+    env = _env()
+    env.reset(seed=0)
+    env.step(torch.rand(4, 1, 7) * 2 - 1)
+    before = env.physics.qpos.copy()
+    env.reset_to(torch.tensor([3]), env_ids=torch.tensor([2]))
+    assert np.array_equal(env.physics.qpos[[0, 1, 3]], before[[0, 1, 3]])
+    assert not np.array_equal(env.physics.qpos[2], before[2])
+
+
+def test_seeded_reset_reproduces_episodes():
+    a, b = _env(), _env()
+    acts = torch.rand(5, 4, 3, 7) * 2 - 1
+    oa, ob = a.reset(seed=7), b.reset(seed=7)
+    assert torch.equal(oa["state"], ob["state"]) and torch.equal(oa["task_id"], ob["task_id"])
+    for act in acts:
+        ra, rb = a.step(act), b.step(act)
+        assert torch.equal(ra.obs["privileged"], rb.obs["privileged"]) and torch.equal(ra.reward, rb.reward)
+
+
+def test_auto_reset_returns_final_obs_and_new_episode():
+    env = _env(task="pick", max_episode_steps=3, reward="dense")
+    obs = env.reset(seed=0)
+    hold = torch.zeros(4, 2, 7)
+    res = env.step(hold)
+    assert not res.done.any() and torch.equal(res.obs["state"], res.final_obs["state"])
+    res = env.step(hold)  # third action ends every episode: truncation mid-chunk
+    assert res.truncated.all() and not res.terminated.any()
+    assert (res.steps_executed == 1).all() and (res.reward[:, 1] == 0).all()
+    # final_obs is where the arm ended; obs is a fresh start drawn from the seeded stream
+    assert not torch.equal(res.final_obs["privileged"], res.obs["privileged"])
+    assert torch.equal(res.final_obs["task_id"], obs["task_id"])
+    assert (env._steps == 0).all()
+
+
+def test_expert_success_terminates_with_sparse_reward_one():
+    env = _env(task="reach")
+    env.reset(seed=1)
+    for _ in range(40):
+        res = env.step(env.expert_actions())
+        if res.done.any():
+            break
+    i = res.done.nonzero()[0, 0]
+    assert res.terminated[i] and res.success[i] and res.reward[i, 0] == 1.0
+
+
+def test_instruction_table_and_task_ids_name_the_task():
+    env = _env(task="place", suite="tabletop-lang")
+    obs = env.reset(seed=0)
+    assert all(s.startswith(("put the", "place the")) for s in env.instruction_table)
+    assert all("bowl" in s for s in env.instructions(obs["task_id"]))
+    assert len(set(env.instruction_table)) == len(env.instruction_table)
+
+
+def test_all_tasks_sampled_when_task_is_none():
+    env = make_env(EnvConfig(num_envs=60))
+    assert set(env._task.tolist()) == set(range(len(TASK_NAMES)))
+
+
+def test_joint_pos_mode_moves_the_arm_to_the_target():
+    env = _env(control_mode="joint_pos")
+    env.reset(seed=0)
+    assert env.action_spec.dim == 8
+    target = torch.zeros(4, 1, 8)
+    for _ in range(20):
+        env.step(target)
+    low, high = env.model.jnt_range[:7].T
+    assert np.allclose(env.physics.qpos[:, :7], (low + high) / 2, atol=0.05)
+
+
+def test_loop_backend_matches_batch_backend(monkeypatch):
+    batched = _env(task="pick")
+    monkeypatch.setattr(physics, "_mj_batch", None)
+    looped = _env(task="pick")
+    assert isinstance(looped.physics, physics.LoopPhysics)
+    batched.reset(seed=2), looped.reset(seed=2)
+    for _ in range(25):
+        ra = batched.step(batched.expert_actions())
+        rb = looped.step(looped.expert_actions())
+    assert torch.allclose(ra.obs["privileged"], rb.obs["privileged"], atol=1e-5)
+
+
+def test_bad_input_errors():
+    with pytest.raises(UserError, match="valid tasks: reach, push, pick, place, stack, press"):
+        _env(task="juggle")
+    with pytest.raises(ConfigError, match="image_size"):
+        EnvConfig(image_size=100)
+    env = _env()
+    bad = torch.zeros(4, 2, 7)
+    bad[2, 1, 3] = float("inf")
+    bad[3, 0, 0] = float("nan")
+    with pytest.raises(UserError, match=r"\[2, 3\]"):
+        env.step(bad)
+    with pytest.raises(UserError, match="shape"):
+        env.step(torch.zeros(4, 2, 6))
+    with pytest.raises(UserError, match="out of range"):
+        env.reset_to(torch.tensor([0, 1, 2, -1]))
+    with pytest.raises(UserError, match="render env ids"):
+        env.render(torch.tensor([4]))
+
+
+def test_actions_outside_bounds_are_clipped():
+    a, b = _env(), _env()
+    a.reset(seed=0), b.reset(seed=0)
+    big = torch.full((4, 1, 7), 5.0)
+    assert torch.equal(a.step(big).obs["state"], b.step(big.clamp(-1, 1)).obs["state"])
+
+
+def test_expert_actions_default_raises_for_other_suites():
+    class NoExpert(VecEnv):
+        action_spec = observation_spec = instruction_table = num_init_states = None
+        reset = reset_to = step = render = None
+
+    with pytest.raises(UserError, match="no scripted expert"):
+        NoExpert().expert_actions()
+
+
+def test_describe_lists_every_task_of_both_suites():
+    suites = describe()
+    assert set(suites) == {"tabletop-basic", "tabletop-lang"}
+    for tasks in suites.values():
+        assert set(tasks) == set(TASK_NAMES) and all(tasks.values())
+
+
+def test_dense_reward_is_progress_difference_plus_success_bonus():
+    env = _env(task="pick", reward="dense")
+    env.reset(seed=4)
+    start = env._progress.copy()
+    total = torch.zeros(4)
+    finished = torch.zeros(4, dtype=torch.bool)
+    succeeded = torch.zeros(4, dtype=torch.bool)
+    while not finished.all():
+        res = env.step(env.expert_actions())
+        total += torch.where(finished, 0.0, res.reward[:, 0])
+        succeeded |= res.success & ~finished
+        finished |= res.done
+    assert succeeded.all()
+    # progress telescopes: the sum is progress(end) - progress(start) + 1, and progress(end) ~ 1 at a lift
+    assert ((total - 1 + torch.from_numpy(start).float()) > 0.8).all() and (total < 2).all()
