@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from embodrl.choices import check_choice, check_positive
 from embodrl.errors import ConfigError
+from embodrl.structured import load_structured
 
 CHUNK_MODES = ("open_loop", "blend", "rtc")
 ROBOT_KINDS = ("sim", "lerobot", "franka")
@@ -183,19 +184,5 @@ class DeployConfig:
 
 
 def load_config(cls: type, path: str | None, overrides: list[str] | tuple[str, ...] = ()):
-    """A DeployConfig/ServerConfig from an optional YAML file plus `key=value` overrides (OmegaConf)."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    bad = [item for item in overrides if "=" not in item]
-    if bad:
-        raise ConfigError(f"overrides {bad} must look like key=value (e.g. fps=15 or robot.kind=lerobot)")
-    try:
-        merged = OmegaConf.structured(cls)
-        if path:
-            merged = OmegaConf.merge(merged, OmegaConf.load(path))
-        return OmegaConf.to_object(OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides))))
-    except OmegaConfBaseException as error:
-        raise ConfigError(f"{error.full_key or error.key}: {str(error.msg).splitlines()[0]}") from None
-    except OSError as error:
-        raise ConfigError(f"cannot read config {path}: {error.strerror}") from None
+    """A DeployConfig/ServerConfig from an optional YAML file plus `key=value` overrides."""
+    return load_structured(cls, path, overrides)

@@ -140,6 +140,34 @@ def cmd_eval(args: argparse.Namespace) -> None:
     print(f"outputs: {out}")
 
 
+def cmd_serve(args: argparse.Namespace) -> None:
+    import logging
+
+    from embodrl.deploy.commands import serve
+    from embodrl.deploy.config import ServerConfig, load_config
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    cfg = load_config(ServerConfig, args.config, args.overrides)
+    print(
+        f"serving {args.checkpoint} on ws://{cfg.host}:{cfg.port} (health: http://{cfg.host}:{cfg.port}/healthz)"
+    )
+    serve(args.checkpoint, cfg)
+
+
+def cmd_deploy(args: argparse.Namespace) -> None:
+    import json
+    import logging
+
+    from embodrl.deploy.commands import deploy
+    from embodrl.deploy.config import DeployConfig, load_config
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    path, overrides = _experiment_and_overrides(args.config)
+    cfg = load_config(DeployConfig, path, overrides)
+    for stats in deploy(cfg):
+        print(json.dumps(stats.as_dict()))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="embodrl",
@@ -242,6 +270,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", help="output folder (default CHECKPOINT/eval)")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser(
+        "serve",
+        help="serve a checkpoint over openpi's websocket policy protocol",
+        description="Serve a policy checkpoint to robots: openpi's websocket + msgpack-numpy protocol "
+        "(existing openpi clients work unchanged), /healthz, optional API key (Authorization: Api-Key ...), "
+        "bounded message size, per-request timeout, batching of concurrent clients. Settings: host, port, "
+        "api_key, "
+        "device, keys.* (request key mapping), ... as key=value or a YAML file (--config).",
+    )
+    p.add_argument("checkpoint", help="policy folder (config.json + model.safetensors)")
+    p.add_argument("overrides", nargs="*", metavar="OVERRIDES", help="key=value, e.g. port=8000 host=0.0.0.0")
+    p.add_argument("--config", help="YAML file with ServerConfig fields")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser(
+        "deploy",
+        help="run a policy on a robot: control loop, chunk execution, safety, recording",
+        description="The robot-side loop at a fixed rate: robot adapter (sim, LeRobot robot, Franka) "
+        "-> observation -> policy (a local checkpoint, or ws://host:port for `embodrl serve`) -> chunk "
+        "execution (open_loop, blend, rtc) -> safety layer (bounds, workspace, delta/velocity limits, "
+        "watchdog) -> robot. Every episode is recorded as a LeRobotDataset v3 when record_dir is set.",
+    )
+    p.add_argument(
+        "config",
+        nargs="*",
+        metavar="[CONFIG.yaml] [OVERRIDES]",
+        help="YAML file with DeployConfig fields, then key=value, e.g. policy=ws://127.0.0.1:8000",
+    )
+    p.set_defaults(func=cmd_deploy)
     return parser
 
 

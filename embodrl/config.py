@@ -14,16 +14,15 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from embodrl.algos.config import AlgoConfig
 from embodrl.engine.config import EngineConfig
 from embodrl.errors import ConfigError
 from embodrl.policies.config import PolicyConfig
 from embodrl.sims.config import EnvConfig
+from embodrl.structured import load_yaml, merge_to_object
 from embodrl.train.config import SFTConfig, TrainConfig
 
 
@@ -66,23 +65,11 @@ def experiments() -> list[str]:
     return presets("experiment")
 
 
-def _load_yaml(path: Path) -> DictConfig:
-    try:
-        cfg = OmegaConf.load(path)
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"{path}: {e}") from None
-    except OSError as e:
-        raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
-    if not isinstance(cfg, DictConfig):
-        raise ConfigError(f"{path}: a config file must be a YAML mapping")
-    return cfg
-
-
 def _preset(group: str, name: str) -> DictConfig:
     path = config_root() / group / f"{name}.yaml"
     if not path.is_file():
         raise ConfigError(f"{group}={name!r} is not a preset; choose one of: {', '.join(presets(group))}")
-    return OmegaConf.create({group: _load_yaml(path)})
+    return OmegaConf.create({group: load_yaml(path)})
 
 
 def _experiment_file(experiment: str) -> Path:
@@ -97,20 +84,6 @@ def _experiment_file(experiment: str) -> Path:
             f"unknown experiment {experiment!r}; choose one of: {', '.join(experiments())} or a .yaml path"
         )
     return path
-
-
-def _valid_keys(node: Any) -> str:
-    return ", ".join(f.name for f in dataclasses.fields(node)) if dataclasses.is_dataclass(node) else ""
-
-
-def _explain(e: OmegaConfBaseException) -> ConfigError:
-    key = e.full_key or str(e.key)
-    if isinstance(e, ConfigKeyError):
-        return ConfigError(f"unknown config key {key!r}; valid keys here: {_valid_keys(e.object_type)}")
-    if isinstance(e, ValidationError):
-        reason = str(e.msg).splitlines()[0]
-        return ConfigError(f"{key}: {reason}")
-    return ConfigError(f"{key}: {str(e.msg).splitlines()[0]}")
 
 
 def compose(experiment: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
@@ -131,7 +104,7 @@ def compose(experiment: str | None = None, overrides: list[str] | tuple[str, ...
 
     body = OmegaConf.create()
     if experiment is not None:
-        body = _load_yaml(_experiment_file(experiment))
+        body = load_yaml(_experiment_file(experiment))
         picked = body.pop("defaults", None) or {}
         if not isinstance(picked, dict | DictConfig):
             raise ConfigError(
@@ -144,14 +117,8 @@ def compose(experiment: str | None = None, overrides: list[str] | tuple[str, ...
                 )
             selections.setdefault(str(group), str(name))
 
-    try:
-        cfg = OmegaConf.structured(ExperimentConfig)
-        for group, name in selections.items():
-            cfg = OmegaConf.merge(cfg, _preset(group, name))
-        cfg = OmegaConf.merge(cfg, body, OmegaConf.from_dotlist(key_overrides))
-        return OmegaConf.to_object(cfg)
-    except OmegaConfBaseException as e:
-        raise _explain(e) from None
+    group_layers = [_preset(group, name) for group, name in selections.items()]
+    return merge_to_object(ExperimentConfig, *group_layers, body, overrides=key_overrides)
 
 
 def to_yaml(cfg: ExperimentConfig) -> str:

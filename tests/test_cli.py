@@ -1,0 +1,89 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from embodrl.cli import build_parser, main
+
+COMMANDS = ["envs", "rollout", "train", "collect", "sft", "eval", "serve", "deploy"]
+
+
+def test_every_command_has_help(capsys):
+    parser = build_parser()
+    for command in COMMANDS:
+        with pytest.raises(SystemExit) as done:
+            parser.parse_args([command, "--help"])
+        assert done.value.code == 0
+        assert len(capsys.readouterr().out) > 200, command
+
+
+def test_console_script_group_help_lists_commands():
+    out = subprocess.run(
+        [sys.executable, "-m", "embodrl.cli", "--help"], capture_output=True, text=True, check=True
+    )
+    for command in COMMANDS:
+        assert command in out.stdout
+
+
+def test_envs_lists_suites_tasks_and_instructions(capsys):
+    assert main(["envs", "--suite", "tabletop-lang"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("tabletop-lang") and "pick" in out and "put the" in out
+
+
+def test_user_errors_are_one_line_without_traceback(capsys):
+    assert main(["envs", "--suite", "nope"]) == 2
+    assert main(["rollout", "env.num_envs=zero"]) == 2
+    assert main(["rollout", "env.suite=nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("embodrl ") for line in err)
+    assert "valid suites: tabletop-basic" in err[0] and "env.num_envs" in err[1]
+
+
+def test_rollout_expert_writes_videos_and_summary(tmp_path, capsys):
+    args = [
+        "rollout",
+        f"run_root={tmp_path}",
+        "env.task=reach",
+        "env.num_envs=2",
+        "--episodes",
+        "2",
+        "--record",
+        "1",
+    ]
+    assert main(args) == 0
+    (run_dir,) = (tmp_path / "default").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["episodes"] == 2 and summary["success_rate"] == 1.0
+    assert (run_dir / "episode_000.mp4").stat().st_size > 0 and (run_dir / "config.yaml").is_file()
+
+
+def test_collect_sft_eval_chain(tmp_path, capsys):
+    data = tmp_path / "demos"
+    common = [
+        "env.task=reach",
+        "env.num_envs=4",
+        f"run_root={tmp_path}",
+        "policy.obs_keys=[state,privileged]",
+    ]
+    assert main(["collect", *common[:2], "--out", str(data), "--episodes-per-task", "4"]) == 0
+    assert (data / "meta" / "info.json").is_file()
+    sft = [
+        *common,
+        f"sft.dataset={data}",
+        "sft.steps=20",
+        "sft.batch_size=32",
+        "sft.eval_every=0",
+        "sft.eval_episodes=4",
+        "name=bc",
+        "train.tensorboard=false",
+    ]
+    assert main(["sft", *sft]) == 0
+    (run_dir,) = (tmp_path / "bc").iterdir()
+    checkpoint = run_dir / "checkpoints" / "last" / "policy"
+    assert (checkpoint / "model.safetensors").is_file()
+    assert main(["eval", str(checkpoint), "--episodes", "4", "--record", "1"]) == 0
+    summary = json.loads((checkpoint / "eval" / "summary.json").read_text())
+    assert summary["episodes"] == 4 and (checkpoint / "eval" / "videos" / "episode_000.mp4").is_file()
+    assert "success:" in capsys.readouterr().out
