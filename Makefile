@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch first, pinned, so no later install swaps in another build (a CPU wheel here, CUDA on a GPU box).
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint bench system-deps clean-venv
+.PHONY: demo test test-libero lint bench system-deps maniskill-cpu libero-venv clean-venv
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "embodrl needs Python >= 3.11")'
@@ -21,7 +21,7 @@ $(VENV)/.core: $(VENV)/.torch pyproject.toml setup.py
 	@touch $@
 
 $(VENV)/.test: $(VENV)/.core
-	$(BIN)/pip install --quiet -e ".[test,deploy]" "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[test,deploy,maniskill]" "$(TORCH_SPEC)"
 	@touch $@
 
 # EGL/OSMesa for headless MuJoCo rendering; installed with apt only when missing.
@@ -33,11 +33,30 @@ system-deps:
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libegl1 libgl1-mesa-dri libosmesa6 >/dev/null; \
 	else echo "warning: install EGL or OSMesa for headless rendering (no apt-get here)"; fi
 
+# ManiSkill/SAPIEN needs Vulkan: a Mesa 25 lavapipe unpacked under .cache/ (system Mesa untouched).
+VULKAN_ENV := .cache/vulkan-lvp/env.sh
+maniskill-cpu:
+	@bash scripts/maniskill_cpu_vulkan.sh .cache/vulkan-lvp
+
+# LIBERO pins mujoco<4 and robosuite 1.4: it gets its own venv so .venv keeps mujoco 4.
+LIBERO_VENV := .venv-libero
+$(LIBERO_VENV)/.ok: pyproject.toml setup.py
+	$(PYTHON) -m venv $(LIBERO_VENV)
+	$(LIBERO_VENV)/bin/pip install --quiet --upgrade pip
+	$(LIBERO_VENV)/bin/pip install --quiet "$(TORCH_SPEC)"
+	$(LIBERO_VENV)/bin/pip install --quiet -e ".[libero]" pytest "$(TORCH_SPEC)"
+	@touch $@
+
+libero-venv: $(LIBERO_VENV)/.ok
+
+test-libero: libero-venv system-deps
+	HF_HUB_OFFLINE=1 MUJOCO_GL=egl $(LIBERO_VENV)/bin/python -m pytest -q tests/sims/test_libero.py
+
 demo: $(VENV)/.core system-deps
 	$(BIN)/embodrl rollout expert_rollout --episodes 8 --record 2
 
-test: $(VENV)/.test system-deps
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+test: $(VENV)/.test system-deps maniskill-cpu
+	if [ -f $(VULKAN_ENV) ]; then . ./$(VULKAN_ENV); fi; HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

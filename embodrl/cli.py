@@ -65,12 +65,14 @@ def _run_config(args: argparse.Namespace):
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from embodrl.train.rl_runner import OnPolicyRunner
+    from embodrl.train.pipeline import train
 
     cfg, run_dir = _run_config(args)
     print(f"run folder: {run_dir}")
-    final = OnPolicyRunner(cfg, run_dir, resume=bool(args.resume)).learn()
-    print(f"final eval success: {final['eval/success']:.1%} over {cfg.train.eval_episodes} episodes")
+    final = train(cfg, run_dir, resume=bool(args.resume))
+    rl = f"{final['eval/success']:.1%}"
+    start = f"SFT {final['sft/success']:.1%} -> RL " if "sft/success" in final else ""
+    print(f"success: {start}{rl} (deterministic, {cfg.train.eval_episodes} fixed episodes)")
     print(f"checkpoint: {run_dir / 'checkpoints/last/policy'}")
     print(f"learning curve: {run_dir / 'learning_curve.png'}; videos: {run_dir / 'videos'}")
 
@@ -207,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="On-policy RL: rollouts from seeded initial states, advantages (GAE or GRPO groups), "
         "clipped-PPO epochs, periodic deterministic evaluation, checkpoints every train.save_every "
         "iterations (and on Ctrl-C or a crash), TensorBoard logs, metrics.jsonl and a learning curve. "
-        "Start from a checkpoint with policy.init_from=DIR. " + OVERRIDES_HELP,
+        "Start from a checkpoint with policy.init_from=DIR, or give sft.dataset=DIR to run behaviour cloning "
+        "first (into RUN/sft/) and RL from its result. " + OVERRIDES_HELP,
     )
     p.add_argument(
         "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"

@@ -26,8 +26,9 @@ class EnvConfig:
     terminate_on_success: bool = True
     control_mode: str = "ee_delta"  # ee_delta: 7-D [dxyz, drpy, gripper]; joint_pos: absolute joint targets
     render_shadows: bool = False  # shadows cost ~10x render time on CPU; turn on for videos
-    num_threads: int = 0  # physics threads; 0 = one per core
+    num_threads: int = 0  # physics threads (LIBERO: worker processes); 0 = one per core
     gym_id: str = ""  # suite "gym": any gymnasium env id
+    libero_assets: str = ""  # suites "libero-*": LIBERO's assets folder; "" = the installed package's
 
     def __post_init__(self) -> None:
         check_positive("env.num_envs", self.num_envs)

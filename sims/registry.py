@@ -16,6 +16,8 @@ SUITES: dict[str, str] = {
     "tabletop-basic": "embodrl.sims.tabletop.env:make_tabletop",
     "tabletop-lang": "embodrl.sims.tabletop.env:make_tabletop",
     "gym": "embodrl.sims.gym_adapter:make_gym",
+    "maniskill": "embodrl.sims.maniskill:make_maniskill",
+    **{f"libero-{s}": "embodrl.sims.libero:make_libero" for s in ("spatial", "object", "goal", "10", "90")},
 }
 
 
@@ -33,4 +35,10 @@ def describe_suites() -> dict[str, dict[str, list[str]]]:
 
     out = dict(describe())
     out["gym"] = {"<any gymnasium id>": ["set env.gym_id=..., e.g. HalfCheetah-v5"]}
+    from embodrl.sims.maniskill.tasks import INSTRUCTIONS
+
+    out["maniskill"] = {task: [text] for task, text in INSTRUCTIONS.items()}
+    for suite in SUITES:
+        if suite.startswith("libero-"):
+            out[suite] = {"<env.task: a task name or index>": ["needs the LIBERO venv: make libero-venv"]}
     return out

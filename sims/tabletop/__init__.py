@@ -28,5 +28,7 @@ def describe() -> dict[str, dict[str, list[str]]]:
     out: dict[str, dict[str, list[str]]] = {}
     for suite in SUITES.values():
         entries = instruction_entries(suite.tasks)
-        out[suite.name] = {t: [e.text for e in entries if e.task == t][:3] for t in suite.tasks}
+        texts = {t: [e.text for e in entries if e.task == t] for t in suite.tasks}
+        # three examples spread over the templates and colours
+        out[suite.name] = {t: v[:: max(1, len(v) // 3)][:3] for t, v in texts.items()}
     return out

@@ -51,6 +51,10 @@ class TabletopEnv(VecEnv):
     Actions [N, C, 7] in [-1, 1] (values outside are clipped): end-effector delta xyz (2 cm per step
     at 1), delta roll/pitch/yaw (0.1 rad), gripper (-1 open, +1 closed); with control_mode=joint_pos,
     [N, C, 8]: arm joint targets scaled to the joint ranges, then the gripper.
+    Rewards per executed action: sparse gives 1 where the task is done; dense gives the change in
+    task progress plus 1 where done (rewards.py). Observation `state` [N, 17]: ee position, ee
+    rotation (first two columns), finger gap / max, arm joints; `privileged` [N, 22]: instructed
+    object position and quaternion, goal position, object - ee, goal - object, task one-hot.
     """
 
     def __init__(self, cfg: EnvConfig, device: str = "cpu"):
@@ -87,8 +91,7 @@ class TabletopEnv(VecEnv):
         self._steps = np.zeros(n, dtype=np.int64)
         self._progress = np.zeros(n)
         self._rng = np.random.default_rng(cfg.seed)
-        cube_xyz = self.idx.cube_qpos[:, None] + np.arange(3)
-        self._cube_xyz = cube_xyz  # [colors, 3] qpos addresses
+        self._cube_xyz = self.idx.cube_qpos[:, None] + np.arange(3)  # [colors, 3] qpos addresses
         self._mocap_of = np.concatenate(
             [self.idx.target_mocap, self.idx.plate_mocap, self.idx.bowl_mocap, self.idx.button_mocap]
         )
@@ -234,9 +237,14 @@ class TabletopEnv(VecEnv):
             0.0,
         )
         gap = self.physics.qpos[:, self.idx.finger_qpos].sum(-1)
-        return rewards.TaskFrame(
-            self._task, ee, pos[rows, self._main_slot], pos[rows, self._goal_slot], travel, gap
+        cube_color = np.clip(self._main_slot, 0, len(COLOR_NAMES) - 1)
+        quat = np.where(
+            (self._main_slot < len(COLOR_NAMES))[:, None],  # cube slots come first
+            self.physics.qpos[rows[:, None], self.idx.cube_qpos[cube_color][:, None] + np.arange(3, 7)],
+            [1.0, 0.0, 0.0, 0.0],
         )
+        main, goal = pos[rows, self._main_slot], pos[rows, self._goal_slot]
+        return rewards.TaskFrame(self._task, ee, main, quat, goal, travel, gap)
 
     def _observe(self, ids: np.ndarray) -> TensorDict:
         """Observations of envs `ids` as a TensorDict [len(ids)]."""
@@ -245,17 +253,10 @@ class TabletopEnv(VecEnv):
         frame = self._frame()
         gap = frame.gripper_gap[:, None] / (2 * FINGER_OPEN)
         state = np.concatenate([ee_pos, ee_rot[:, :, :2].reshape(-1, 6), gap, p.qpos[:, idx.arm_qpos]], -1)
-        rows = np.arange(self.num_envs)
-        cube_color = np.clip(self._main_slot, 0, len(COLOR_NAMES) - 1)
-        quat = np.where(
-            (self._main_slot < len(COLOR_NAMES))[:, None],
-            p.qpos[rows[:, None], idx.cube_qpos[cube_color][:, None] + np.arange(3, 7)],
-            [1.0, 0, 0, 0],
-        )
         privileged = np.concatenate(
             [
                 frame.main,
-                quat,
+                frame.main_quat,
                 frame.goal,
                 frame.main - ee_pos,
                 frame.goal - frame.main,

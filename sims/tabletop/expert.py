@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from embodrl.sims.tabletop.controller import POS_SCALE, R_DOWN, ROT_SCALE, rotation_error
+from embodrl.sims.tabletop.controller import POS_SCALE, R_DOWN, ROT_SCALE, euler_to_matrix, rotation_error
 from embodrl.sims.tabletop.rewards import TaskFrame
 from embodrl.sims.tabletop.scene import CUBE_HALF
 from embodrl.sims.tabletop.tasks import TASK_NAMES
@@ -23,6 +23,7 @@ CARRY_Z = 0.17
 PUSH_BACKOFF = 0.07  # m behind the cube where a push starts
 PUSH_CONTACT = 0.038  # m from cube centre to the hand when touching it
 PUSH_MAX_LATERAL = 0.02  # m off the push line before the expert lifts and realigns
+LOST_GRASP = 0.05  # m between hand and cube while carrying: the cube was dropped, grasp again
 
 Target = Callable[[TaskFrame], np.ndarray]
 
@@ -51,6 +52,13 @@ def _goal(f: TaskFrame) -> np.ndarray:
     return f.goal
 
 
+def _goal_under_held(f: TaskFrame) -> np.ndarray:
+    """Where the hand must be for the held cube to be over the goal: the goal plus the grasp offset."""
+    offset = f.ee - f.main
+    offset[:, 2] = 0.0
+    return f.goal + offset
+
+
 def _push_dir(f: TaskFrame) -> np.ndarray:
     d = f.goal[:, :2] - f.main[:, :2]
     d = d / np.maximum(np.linalg.norm(d, axis=-1, keepdims=True), 1e-6)
@@ -72,9 +80,9 @@ def _grasp(lift: Stage) -> list[Stage]:
 
 def _carry_to(goal_dz: float) -> list[Stage]:
     return [
-        Stage(_at_height(_goal, CARRY_Z), CLOSED, tol=0.015),
-        Stage(_offset(_goal, dz=goal_dz), CLOSED, tol=0.008),
-        Stage(_offset(_goal, dz=goal_dz), OPEN, wait=4),
+        Stage(_at_height(_goal_under_held, CARRY_Z), CLOSED, tol=0.015),
+        Stage(_offset(_goal_under_held, dz=goal_dz), CLOSED, tol=0.008),
+        Stage(_offset(_goal_under_held, dz=goal_dz), OPEN, wait=4),
         Stage(_offset(_goal, dz=0.12), OPEN),
     ]
 
@@ -93,6 +101,15 @@ STAGES: dict[str, list[Stage]] = {
     "press": [Stage(_offset(_main, dz=0.06), CLOSED, tol=0.01), Stage(_offset(_main, dz=-0.006), CLOSED)],
 }
 _PUSH = TASK_NAMES.index("push")
+_GRASPING = np.array([TASK_NAMES.index(t) for t in ("pick", "place", "stack")])
+_CARRY_PHASES = (3, 4, 5)  # lift, over the goal, lower: the cube must be in the hand
+
+
+def _cube_yaw(f: TaskFrame) -> np.ndarray:
+    """[N] yaw of the main cube folded into [-45, 45) deg: a square face-to-face grasp is 90-deg periodic."""
+    w, z = f.main_quat[:, 0], f.main_quat[:, 3]
+    yaw = 2.0 * np.arctan2(z, w)
+    return (yaw + np.pi / 4) % (np.pi / 2) - np.pi / 4
 
 
 class ScriptedExpert:
@@ -112,6 +129,7 @@ class ScriptedExpert:
         target = np.zeros((n, 3))
         gripper = np.zeros(n)
         self._realign_pushes(frame)
+        self._regrasp_drops(frame)
         for t, name in enumerate(TASK_NAMES):
             stages = STAGES[name]
             for k, stage in enumerate(stages):
@@ -128,9 +146,18 @@ class ScriptedExpert:
                 self.phase[ids] += advance
         move = np.clip((target - ctrl_target) / POS_SCALE, -1.0, 1.0)
         turn = np.clip(
-            rotation_error(np.broadcast_to(R_DOWN, ctrl_rot.shape), ctrl_rot) / ROT_SCALE, -1.0, 1.0
+            rotation_error(self._wanted_rotation(frame, ctrl_rot), ctrl_rot) / ROT_SCALE, -1.0, 1.0
         )
         return np.concatenate([move, turn, gripper[:, None]], -1).astype(np.float32)
+
+    def _wanted_rotation(self, f: TaskFrame, ctrl_rot: np.ndarray) -> np.ndarray:
+        """[N, 3, 3]: pointing down; before a grasp also turned to the cube's faces, then held."""
+        grasping = np.isin(f.task, _GRASPING)
+        yaw = np.where(grasping, _cube_yaw(f), 0.0)
+        wanted = euler_to_matrix(np.stack([np.zeros_like(yaw), np.zeros_like(yaw), yaw], -1)) @ R_DOWN
+        carrying = grasping & (self.phase >= 3)  # the cube turns with the hand: keep the grasp's yaw
+        wanted[carrying] = ctrl_rot[carrying]
+        return wanted
 
     def _realign_pushes(self, f: TaskFrame) -> None:
         """A push that drifted off the cube-goal line starts over from behind the cube."""
@@ -138,6 +165,13 @@ class ScriptedExpert:
         rel = f.ee[:, :2] - f.main[:, :2]
         lateral = np.abs(rel[:, 0] * d[:, 1] - rel[:, 1] * d[:, 0])
         lost = (f.task == _PUSH) & (self.phase == 2) & (lateral > PUSH_MAX_LATERAL)
+        self.phase[lost] = 0
+        self.count[lost] = 0
+
+    def _regrasp_drops(self, f: TaskFrame) -> None:
+        """A cube that left the hand while being carried is picked up again."""
+        held = np.linalg.norm(f.ee - f.main, axis=-1) < LOST_GRASP
+        lost = np.isin(f.task, _GRASPING) & np.isin(self.phase, _CARRY_PHASES) & ~held
         self.phase[lost] = 0
         self.count[lost] = 0
 

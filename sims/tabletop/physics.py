@@ -110,7 +110,8 @@ class LoopPhysics:
         self._push(ids)
         for d in self._datas:
             mujoco.mj_step(self.model, d, nstep)
-            mujoco.mj_kinematics(self.model, d)
+            mujoco.mj_kinematics(self.model, d)  # sites, joint axes and cameras at the new state
+            mujoco.mj_camlight(self.model, d)
         self._pull(ids)
 
     def data(self, i: int, out: mujoco.MjData) -> mujoco.MjData:

@@ -26,6 +26,7 @@ class TaskFrame:
     task: np.ndarray  # [N] index into TASK_NAMES
     ee: np.ndarray
     main: np.ndarray  # the object the instruction names first (its top for buttons)
+    main_quat: np.ndarray  # [N, 4] its orientation (identity for all but cubes)
     goal: np.ndarray  # the second object (plate, bowl, lower cube); equals main when there is none
     button_travel: np.ndarray  # [N] how far the main button is pushed in (0 otherwise)
     gripper_gap: np.ndarray  # [N]

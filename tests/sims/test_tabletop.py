@@ -97,6 +97,8 @@ def test_joint_pos_mode_moves_the_arm_to_the_target():
         env.step(target)
     low, high = env.model.jnt_range[:7].T
     assert np.allclose(env.physics.qpos[:, :7], (low + high) / 2, atol=0.05)
+    with pytest.raises(UserError, match="ee_delta"):
+        env.expert_actions()
 
 
 def test_loop_backend_matches_batch_backend(monkeypatch):
@@ -109,6 +111,7 @@ def test_loop_backend_matches_batch_backend(monkeypatch):
         ra = batched.step(batched.expert_actions())
         rb = looped.step(looped.expert_actions())
     assert torch.allclose(ra.obs["privileged"], rb.obs["privileged"], atol=1e-5)
+    assert torch.equal(batched.render(), looped.render())
 
 
 def test_bad_input_errors():

@@ -1,0 +1,37 @@
+"""`embodrl train` as one command: optional SFT from demonstrations, then RL from the SFT policy."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from embodrl.config import ExperimentConfig
+from embodrl.train.checkpointing import POLICY_DIR
+from embodrl.train.rl_runner import LAST, OnPolicyRunner
+
+SFT_DIR = "sft"
+SFT_DONE = "final_eval.json"  # written by SFTRunner.learn when it finishes
+
+
+def train(cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> dict:
+    """SFT into run_dir/sft/ first when `sft.dataset` is set and no `policy.init_from` is given; then RL.
+
+    On --resume a finished SFT stage is kept and an unfinished one continues from its checkpoint.
+    Returns the RL run's final evaluation, plus `sft/success` when an SFT stage ran.
+    """
+    summary: dict = {}
+    if cfg.sft.dataset and not cfg.policy.init_from:
+        from embodrl.train.sft_runner import SFTRunner
+
+        sft_dir = run_dir / SFT_DIR
+        if not (sft_dir / SFT_DONE).is_file():
+            sft_started = (sft_dir / LAST).is_dir()
+            sft_dir.mkdir(parents=True, exist_ok=True)
+            SFTRunner(cfg, sft_dir, resume=resume and sft_started).learn()
+            resume = False  # RL has not started yet
+        summary["sft/success"] = json.loads((sft_dir / SFT_DONE).read_text())["success_rate"]
+        policy = dataclasses.replace(cfg.policy, init_from=str(sft_dir / LAST / POLICY_DIR))
+        cfg = dataclasses.replace(cfg, policy=policy)
+    summary.update(OnPolicyRunner(cfg, run_dir, resume=resume).learn())
+    return summary

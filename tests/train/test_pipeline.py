@@ -1,0 +1,45 @@
+import json
+
+from embodrl.config import compose, make_run_dir
+from embodrl.data.collect import CollectConfig, collect_demos
+from embodrl.train.pipeline import SFT_DIR, train
+
+
+def test_sft_then_rl_in_one_run_folder(tmp_path):
+    data = tmp_path / "demos"
+    cfg = compose(
+        None,
+        [
+            "policy=flow_state",
+            "algo=flow_noise_ppo",
+            "env.task=reach",
+            "env.num_envs=4",
+            "env.max_episode_steps=40",
+            f"sft.dataset={data}",
+            "sft.steps=10",
+            "sft.batch_size=32",
+            "sft.eval_every=0",
+            "sft.eval_episodes=4",
+            "train.iterations=2",
+            "train.eval_every=0",
+            "train.eval_episodes=4",
+            "train.tensorboard=false",
+            "algo.minibatch_size=32",
+            f"run_root={tmp_path}",
+        ],
+    )
+    collect_demos(cfg.env, data, CollectConfig(episodes_per_task=2), progress=False)
+    run_dir = make_run_dir(cfg)
+    summary = train(cfg, run_dir)
+    assert 0.0 <= summary["sft/success"] <= 1.0 and 0.0 <= summary["eval/success"] <= 1.0
+    assert json.loads((run_dir / SFT_DIR / "final_eval.json").read_text())["episodes"] == 4
+    # RL started from the SFT checkpoint: its normalization stats (from the demos) came along.
+    rl_policy = json.loads((run_dir / "checkpoints/last/policy/config.json").read_text())
+    assert rl_policy["family"] == "flow"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [1, 2]
+    # A resumed run whose SFT stage finished does not repeat it.
+    before = (run_dir / SFT_DIR / "final_eval.json").stat().st_mtime_ns
+    train(compose(str(run_dir / "config.yaml"), ["train.iterations=3"]), run_dir, resume=True)
+    assert (run_dir / SFT_DIR / "final_eval.json").stat().st_mtime_ns == before
+    assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["iteration"] == 3
