@@ -170,6 +170,20 @@ def cmd_deploy(args: argparse.Namespace) -> None:
         print(json.dumps(stats.as_dict()))
 
 
+def cmd_convert(args: argparse.Namespace) -> None:
+    import yaml
+
+    from embodrl.convert import convert
+
+    options = {}
+    for item in args.options:
+        if "=" not in item:
+            raise UserError(f"option {item!r} must look like key=value, e.g. decoding=oft")
+        key, value = item.split("=", 1)
+        options[key] = yaml.safe_load(value)  # 8 -> int, true -> bool, text stays text
+    print(f"wrote {convert(args.kind, args.source, args.output, **options)}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="embodrl",
@@ -247,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Supervised fine-tuning (behaviour cloning) from a LeRobotDataset v3 folder: AdamW "
         "with warm-up + cosine, grad clipping, fp32 or bf16, progress with loss and samples/s, TensorBoard, "
         "periodic evaluation in the env, checkpoints, --resume. Set sft.dataset=DIR; "
-        "sft.episodes_per_task=k for few-shot. " + OVERRIDES_HELP,
+        "sft.max_episodes=k for few-shot. " + OVERRIDES_HELP,
     )
     p.add_argument(
         "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"
@@ -303,6 +317,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="YAML file with DeployConfig fields, then key=value, e.g. policy=ws://127.0.0.1:8000",
     )
     p.set_defaults(func=cmd_deploy)
+
+    from embodrl.convert import CONVERSIONS  # torch-free: lists the kinds for --help
+
+    p = sub.add_parser(
+        "convert",
+        help="import/export OpenVLA(-OFT) and pi0/pi0.5 checkpoints; merge LoRA adapters",
+        description="Convert between public checkpoint layouts and embodrl policy checkpoints: "
+        "openvla-import (HF OpenVLA / OpenVLA-OFT folder), openvla-export, pi0-import (openpi PyTorch "
+        "or LeRobot pi0/pi0.5 "
+        "folder; fmt=openpi|lerobot), pi0-export, merge-lora. Options are key=value, e.g. decoding=oft "
+        "chunk_size=8 for OpenVLA-OFT or fmt=lerobot for a LeRobot pi0. Nothing is downloaded.",
+    )
+    p.add_argument("kind", choices=list(CONVERSIONS), help="the conversion")
+    p.add_argument("source", help="folder to read")
+    p.add_argument("output", help="new folder to write")
+    p.add_argument("options", nargs="*", metavar="OPTIONS", help="key=value options for the conversion")
+    p.set_defaults(func=cmd_convert)
     return parser
 
 

@@ -31,9 +31,9 @@ def compute_stats(data: torch.Tensor) -> dict[str, torch.Tensor]:
 class Normalizer(nn.Module):
     """Normalizes one vector-valued key [..., D] by mean/std, by q01/q99 to [-1, 1], or not at all."""
 
-    def __init__(self, key: str, dim: int, mode: str) -> None:
+    def __init__(self, key: str, dim: int, mode: str, min_std: float = 0.0) -> None:
         super().__init__()
-        self.key, self.dim, self.mode = key, dim, mode
+        self.key, self.dim, self.mode, self.min_std = key, dim, mode, min_std
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("std", torch.ones(dim))
         self.register_buffer("q01", -torch.ones(dim))
@@ -55,7 +55,7 @@ class Normalizer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Env units -> normalized units."""
         if self.mode == "mean_std":
-            return (x - self.mean) / (self.std + EPS)
+            return (x - self.mean) / (self.std.clamp_min(self.min_std) + EPS)
         if self.mode == "quantile":
             return 2 * (x - self.q01) / (self.q99 - self.q01 + EPS) - 1
         return x
@@ -63,7 +63,7 @@ class Normalizer(nn.Module):
     def unnormalize(self, x: torch.Tensor) -> torch.Tensor:
         """Normalized units -> env units."""
         if self.mode == "mean_std":
-            return x * (self.std + EPS) + self.mean
+            return x * (self.std.clamp_min(self.min_std) + EPS) + self.mean
         if self.mode == "quantile":
             return (x + 1) / 2 * (self.q99 - self.q01 + EPS) + self.q01
         return x

@@ -6,7 +6,7 @@ import pytest
 
 from embodrl.cli import build_parser, main
 
-COMMANDS = ["envs", "rollout", "train", "collect", "sft", "eval", "serve", "deploy"]
+COMMANDS = ["envs", "rollout", "train", "collect", "sft", "eval", "serve", "deploy", "convert"]
 
 
 def test_every_command_has_help(capsys):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict
@@ -27,14 +28,25 @@ from embodrl.algos.config import AlgoConfig
 from embodrl.algos.ppo_loss import ppo_loss
 from embodrl.data.rollout_buffer import RolloutBuffer
 
+if TYPE_CHECKING:
+    from embodrl.engine.data_parallel import DataParallel
+
 _MAX_LOG_WEIGHT = 20.0  # exp() beyond this overflows float32
 
 
 class PPO:
     """Owns the optimizer and runs one update per rollout; GRPO is PPO with the group estimator."""
 
-    def __init__(self, policy: nn.Module, cfg: AlgoConfig, reference: nn.Module | None = None) -> None:
-        self.policy, self.cfg = policy, cfg
+    def __init__(
+        self,
+        policy: nn.Module,
+        cfg: AlgoConfig,
+        reference: nn.Module | None = None,
+        data_parallel: DataParallel | None = None,
+    ) -> None:
+        self.policy, self.cfg, self.data_parallel = policy, cfg, data_parallel
+        # with data parallelism the gradients are averaged over ranks inside backward
+        self.evaluate = policy.evaluate if data_parallel is None else data_parallel.evaluate
         critic = {id(p) for p in policy.critic_parameters()}
         actor_params = [p for p in policy.parameters() if id(p) not in critic and p.requires_grad]
         self._actor_params = actor_params
@@ -58,12 +70,17 @@ class PPO:
         for _ in range(cfg.num_epochs):
             for batch in buffer.minibatches(cfg.minibatch_size, generator):
                 batch = batch[batch["mask"]]
+                if self.data_parallel is not None:
+                    batch = self.data_parallel.shard(batch)
                 if batch.batch_size[0] == 0:
                     continue
                 out = self._loss(batch, critic_only)
                 if first is None:
                     first = float(out.ratio_max_dev)  # behaviour and current policy are the same here
-                if not critic_only and cfg.target_kl is not None and out.approx_kl > cfg.target_kl:
+                approx_kl = (
+                    out.approx_kl if self.data_parallel is None else self.data_parallel.mean(out.approx_kl)
+                )
+                if not critic_only and cfg.target_kl is not None and approx_kl > cfg.target_kl:
                     stopped_early = True
                     break
                 self.optimizer.zero_grad(set_to_none=True)
@@ -106,7 +123,7 @@ class PPO:
 
     def _loss(self, batch: TensorDict, critic_only: bool):
         cfg = self.cfg
-        ev = self.policy.evaluate(batch["obs"], batch["replay"])
+        ev = self.evaluate(batch["obs"], batch["replay"])
         ref_logprob = None
         if cfg.kl_coef > 0 and not critic_only:
             with torch.no_grad():

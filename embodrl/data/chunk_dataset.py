@@ -81,26 +81,36 @@ class ActionChunkDataset(Dataset):
         return self.dataset.num_frames
 
     def __getitem__(self, index: int) -> dict:
-        steps = index + np.arange(self.chunk_size)
-        is_pad = steps >= self.episode_end[index]
-        steps = np.minimum(steps, self.episode_end[index] - 1)
-        sample = {
-            "action": torch.from_numpy(self.actions[steps]),  # [C, A]
-            "action_is_pad": torch.from_numpy(is_pad),  # [C]
-            "instruction": self.dataset.tasks[self.task_index[index]],
-            "task_index": torch.tensor(self.task_index[index]),
+        batch = self.__getitems__([index])
+        sample = {key: value[0] for key, value in batch.items() if key != "instruction"}
+        sample["instruction"] = batch["instruction"][0]
+        return sample
+
+    def __getitems__(self, indices: Sequence[int]) -> TensorDict:
+        """A whole batch gathered with array indexing (the DataLoader calls this instead of B getitems)."""
+        index = np.asarray(indices, dtype=np.int64)  # [B]
+        end = self.episode_end[index][:, None]  # [B, 1]
+        steps = index[:, None] + np.arange(self.chunk_size)  # [B, C]
+        is_pad = steps >= end
+        steps = np.minimum(steps, end - 1)
+        batch = {
+            "action": torch.from_numpy(self.actions[steps]),  # [B, C, A]
+            "action_is_pad": torch.from_numpy(is_pad),  # [B, C]
+            "task_index": torch.from_numpy(self.task_index[index]),
         }
         if self.task_id is not None:
-            sample["task_id"] = torch.tensor(self.task_id[index])
+            batch["task_id"] = torch.from_numpy(self.task_id[index])
         for key in self.obs_keys:
             name = self.key_map.get(key, key)
             if key in self.images:
-                sample[key] = torch.from_numpy(self.images[key][index])
+                batch[key] = torch.from_numpy(self.images[key][index])
             elif name in self.dataset.camera_keys:
-                sample[key] = torch.from_numpy(self.dataset.frame(index)[name])
+                batch[key] = torch.from_numpy(np.stack([self.dataset.frame(int(i))[name] for i in index]))
             else:
-                sample[key] = torch.tensor(self.dataset.column(name)[index], dtype=torch.float32)
-        return sample
+                batch[key] = torch.from_numpy(self.dataset.column(name)[index].astype(np.float32))
+        out = TensorDict(batch, batch_size=[len(index)])
+        out["instruction"] = [self.dataset.tasks[t] for t in self.task_index[index]]
+        return out
 
     def normalization_stats(self) -> dict[str, dict[str, np.ndarray]]:
         """meta/stats.json entries for the action and the vector obs keys, under the env's key names."""
@@ -114,8 +124,13 @@ class ActionChunkDataset(Dataset):
         }
 
 
-def collate_chunks(samples: list[dict]) -> TensorDict:
-    """Stack samples into a TensorDict [B] (instructions become a list of B strings)."""
+def collate_chunks(samples: list[dict] | TensorDict) -> TensorDict:
+    """Stack samples into a TensorDict [B] (instructions become a list of B strings).
+
+    A batch from `ActionChunkDataset.__getitems__` is already a TensorDict and passes through.
+    """
+    if isinstance(samples, TensorDict):
+        return samples
     batch = {key: torch.stack([s[key] for s in samples]) for key in samples[0] if key != "instruction"}
     batch["instruction"] = [s["instruction"] for s in samples]
     return TensorDict(batch, batch_size=[len(samples)])

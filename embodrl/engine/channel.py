@@ -88,7 +88,7 @@ class RayChannel(Channel):
     def __init__(self) -> None:
         from ray.util.queue import Queue
 
-        self._queue = Queue()
+        self._queue = Queue(actor_options={"num_cpus": 0})  # a queue needs no core of its own
 
     def put(self, header: Header, payload: TensorDict | None = None) -> None:
         self._queue.put((header, payload))

@@ -47,10 +47,14 @@ class StagedEnv(VecEnv):
         self._obs: list[TensorDict | None] = [None] * self.num_stages  # latest observation per stage
         self._start()
         self._request(Header("spec"))
-        self._spec = self._receive("spec").info
+        self._spec = self._receive()[0].info
 
     def _start(self) -> None:
         transport = self.engine.transport
+        if transport == "ray":  # the channels are Ray actors too: Ray must run before they are made
+            from embodrl.engine.ray_backend import init_ray
+
+            init_ray(self.engine.ray)
         self.requests, self.replies = make_channel(transport), make_channel(transport)
         self._pending: deque[tuple[str, int]] = deque()  # (kind, stage) of requests not yet answered
         device = str(self.device)
@@ -61,7 +65,7 @@ class StagedEnv(VecEnv):
         self._pending.append((header.kind, header.stage))
         self.requests.put(header, payload)
 
-    def _receive(self, kind: str = "ok") -> Header | tuple[Header, TensorDict]:
+    def _receive(self) -> tuple[Header, TensorDict | None]:
         """The reply to the oldest pending request; raises EnvWorkerError if the worker failed."""
         start = time.perf_counter()
         _, stage = self._pending[0]
@@ -71,24 +75,24 @@ class StagedEnv(VecEnv):
                 break
             except ChannelTimeout:
                 if not self.worker.alive():
-                    self._start()  # a fresh worker; the caller's retry resets every env
-                    raise EnvWorkerError(stage, self.worker_exit + "; started a new env worker") from None
-                if time.perf_counter() - start > self.engine.env_timeout_s:
-                    raise EnvWorkerError(
-                        stage, f"stalled: no reply within engine.env_timeout_s={self.engine.env_timeout_s}"
-                    ) from None
+                    reason = self.worker.describe_exit()
+                elif time.perf_counter() - start > self.engine.env_timeout_s:
+                    reason = f"stalled: no reply within engine.env_timeout_s={self.engine.env_timeout_s}"
+                    self.worker.join(timeout=0)  # stops a process or Ray actor; a stuck thread is abandoned
+                else:
+                    continue
+                self._start()  # a fresh worker on fresh channels; the caller's retry resets every env
+                raise EnvWorkerError(stage, f"{reason}; started a new env worker") from None
         self._pending.popleft()
         self.timer.add("env_wait", time.perf_counter() - start)
         if header.kind == "error":
+            if isinstance(header.info, UserError):  # the worker could not build the envs from env.*
+                raise header.info
             self._drain()
             raise EnvWorkerError(header.stage, f"raised; restarted from its seed state:\n{header.info}")
         if header.info and "env_step" in header.info:
             self.timer.add("env_step", header.info["env_step"])
-        return header if kind == "spec" else (header, payload)
-
-    @property
-    def worker_exit(self) -> str:
-        return self.worker.describe_exit()
+        return header, payload
 
     def _drain(self) -> None:
         """Discard the replies to requests sent before a failure, so the next request starts clean."""

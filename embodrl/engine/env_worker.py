@@ -21,6 +21,7 @@ import traceback
 from tensordict import TensorDict
 
 from embodrl.engine.channel import Channel, Header
+from embodrl.errors import UserError
 from embodrl.sims.base import VecEnv
 from embodrl.sims.config import EnvConfig
 from embodrl.sims.registry import make_env
@@ -111,6 +112,9 @@ def serve_env_worker(
     """Entry point of an env worker thread or process: build the envs, then serve until `close`."""
     try:
         worker = EnvWorker(env_cfg, num_stages, device)
+    except UserError as e:  # a bad env config: the caller re-raises it as it is
+        replies.put(Header("error", info=e))
+        return
     except Exception:
         replies.put(Header("error", info=traceback.format_exc()))
         return

@@ -28,11 +28,6 @@ class EpisodeTracker:
             self.finished.append((float(self.returns[i]), int(self.lengths[i]), bool(success[i])))
             self.returns[i], self.lengths[i] = 0.0, 0
 
-    def discard_running(self) -> None:
-        """Forget episodes in progress (their envs are being reset, so they never finish)."""
-        self.returns.zero_()
-        self.lengths.zero_()
-
     def pop(self) -> dict[str, float]:
         """Mean return, length and success of the finished episodes, then forget them."""
         if not self.finished:

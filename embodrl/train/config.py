@@ -35,7 +35,9 @@ class SFTConfig:
     """Behaviour cloning from a LeRobotDataset v3 folder."""
 
     dataset: str = ""  # folder written by `embodrl collect` (or any LeRobotDataset v3)
-    episodes_per_task: int = 0  # few-shot: use the first k episodes of each task; 0 = all
+    # Few-shot: train on the dataset's first k episodes only (`embodrl collect` writes tasks one after
+    # another, so collect k per task for a multi-task few-shot set); 0 = all episodes.
+    max_episodes: int = 0
     steps: int = 4000
     batch_size: int = 256
     lr: float = 1e-3
@@ -52,5 +54,5 @@ class SFTConfig:
         check_choice("sft.precision", self.precision, PRECISIONS)
         for key in ("steps", "batch_size", "lr", "eval_episodes", "save_every", "max_grad_norm"):
             check_positive(f"sft.{key}", getattr(self, key))
-        for key in ("episodes_per_task", "weight_decay", "warmup_steps", "eval_every", "num_workers"):
+        for key in ("max_episodes", "weight_decay", "warmup_steps", "eval_every", "num_workers"):
             check_positive(f"sft.{key}", getattr(self, key), allow_zero=True)

@@ -130,7 +130,8 @@ class OnPolicyRunner:
             {
                 "time/update": t_update - t_collect,
                 "rollout/env_steps": float(self.env_steps),
-                "rollout/env_steps_per_s": steps / max(t_collect - start, 1e-9),
+                # the rollout's own wall time: an async rollout was produced while the actor trained
+                "rollout/env_steps_per_s": steps / max(rollout.timings["rollout"], 1e-9),
                 "time/wall": self.wall_time,
                 "engine/env_restarts": float(self.env_restarts),
             }

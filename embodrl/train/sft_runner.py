@@ -22,20 +22,11 @@ from embodrl.train.logger import MetricsLogger
 from embodrl.train.rl_runner import LAST, build_policy
 
 
-def few_shot_frames(dataset: LeRobotDataset, episodes_per_task: int) -> np.ndarray:
-    """Frame indices of the first `episodes_per_task` episodes of every task (all frames when 0)."""
-    if episodes_per_task == 0:
+def first_episodes_frames(dataset: LeRobotDataset, max_episodes: int) -> np.ndarray:
+    """Frame indices of the dataset's first `max_episodes` episodes (all frames when 0)."""
+    if max_episodes == 0 or max_episodes >= dataset.num_episodes:
         return np.arange(dataset.num_frames)
-    task_of_frame = dataset.column("task_index")
-    kept: dict[int, int] = {}
-    frames = []
-    for episode in range(dataset.num_episodes):
-        start, end = dataset.episode_range(episode)
-        task = int(task_of_frame[start])
-        if kept.get(task, 0) < episodes_per_task:
-            kept[task] = kept.get(task, 0) + 1
-            frames.append(np.arange(start, end))
-    return np.concatenate(frames)
+    return np.arange(dataset.episode_range(max_episodes - 1)[1])
 
 
 def warmup_cosine(warmup: int, total: int):
@@ -70,7 +61,7 @@ class SFTRunner:
             action_dim=self.policy.cfg.action_dim,
             instruction_table=self.env.instruction_table,
         )
-        frames = few_shot_frames(dataset, sft.episodes_per_task)
+        frames = first_episodes_frames(dataset, sft.max_episodes)
         self.num_samples = len(frames)
         if not resume and not cfg.policy.init_from:
             self.policy.set_normalization(chunks.normalization_stats())

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from embodrl.choices import check_choice, check_positive
 
-DECODINGS = ("sequential", "parallel")
+DECODINGS = ("sequential", "parallel", "oft")
 
 
 @dataclass
@@ -12,7 +12,9 @@ class AutoregressiveConfig:
     """How action tokens are decoded and sampled (references/algorithms.md §A)."""
 
     # "sequential": one token per forward pass with a KV cache (OpenVLA); "parallel": the whole chunk in
-    # one pass over C*A placeholder slots that attend to each other bidirectionally (OpenVLA-OFT).
+    # one pass over C*A learned placeholder slots that attend to each other bidirectionally; "oft":
+    # OpenVLA-OFT's own parallel decoding (C*A zero placeholders then the EOS stop token, bidirectional
+    # attention over the whole sequence, slot i's logits read one position earlier, as next-token logits).
     decoding: str = "sequential"
     temperature: float = 1.0  # sampling temperature; recorded in replay so evaluate() uses the same
     # Keep the k most likely action tokens; 0: all 256. evaluate() filters with the *current* logits, so a

@@ -20,7 +20,7 @@ from embodrl.policies.modules.logprob import reduce_logprob
 from embodrl.policies.modules.mlp import ValueHead
 from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
 from embodrl.policies.modules.sft import check_action_batch, masked_mean
-from embodrl.policies.vla.modeling import VLABackbone, pool, prefix_lm_mask
+from embodrl.policies.vla.modeling import VLABackbone, pool, positions_from_mask, prefix_lm_mask
 from embodrl.policies.vla.prefix import (
     VLACheckpointMixin,
     VLAPrefixEncoder,
@@ -64,8 +64,9 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         hidden = language.hidden_size
         self.action_tokenizer = ActionTokenizer(language.vocab_size)
         self.lm_head = nn.Linear(hidden, language.padded_vocab_size, bias=False)
-        self.parallel = cfg.autoregressive.decoding == "parallel"
-        if self.parallel:
+        self.decoding = cfg.autoregressive.decoding
+        self.parallel = self.decoding != "sequential"
+        if self.decoding == "parallel":
             self.slot_embeddings = nn.Parameter(0.02 * torch.randn(self.num_slots, hidden))  # [C*A, H]
         self.value_encoder = (
             ObsEncoder(cfg, cfg.value_obs_keys, self.obs_shapes, self.normalizers)
@@ -101,10 +102,20 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         """One pass over prefix + slots: action logits [N, C*A, 256], prefix hidden and mask."""
         prefix = self.prefix_encoder(obs)
         n, p = prefix.mask.shape
-        slots = self.slot_embeddings.unsqueeze(0).expand(n, -1, -1)
-        embeds = torch.cat([prefix.embeds, slots], dim=1)
-        hidden = self.backbone(embeds, prefix_lm_mask(prefix.mask, self.num_slots)).last_hidden_state
-        return self.action_logits(hidden[:, p:]), hidden[:, :p], prefix.mask
+        if self.decoding == "oft":
+            slots = prefix.embeds.new_zeros(n, self.num_slots, prefix.embeds.shape[-1])
+            stop = torch.full((n, 1), self.backbone.tokenizer.eos_token_id, device=prefix.mask.device)
+            embeds = torch.cat([prefix.embeds, slots, self.backbone.embed_tokens(stop)], dim=1)
+            keys = torch.cat([prefix.mask, prefix.mask.new_ones(n, self.num_slots + 1)], dim=1)
+            mask = keys[:, None, None, :].expand(n, 1, keys.shape[1], keys.shape[1])  # bidirectional
+            first = p - 1  # the last prefix token's output predicts the first action token
+        else:
+            slots = self.slot_embeddings.unsqueeze(0).expand(n, -1, -1)
+            embeds = torch.cat([prefix.embeds, slots], dim=1)
+            keys = torch.cat([prefix.mask, prefix.mask.new_ones(n, self.num_slots)], dim=1)
+            mask, first = prefix_lm_mask(prefix.mask, self.num_slots), p
+        hidden = self.backbone(embeds, mask, position_ids=positions_from_mask(keys)).last_hidden_state
+        return self.action_logits(hidden[:, first : first + self.num_slots]), hidden[:, :p], prefix.mask
 
     def _teacher_forced_logits(
         self, obs: TensorDict, index: torch.Tensor
@@ -114,8 +125,8 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         n, p = prefix.mask.shape
         tokens = self.backbone.embed_tokens(self.action_tokenizer.to_token(index[:, :-1]))
         embeds = torch.cat([prefix.embeds, tokens], dim=1)
-        mask = torch.cat([prefix.mask, prefix.mask.new_ones(n, self.num_slots - 1)], dim=1).long()
-        hidden = self.backbone(embeds, mask).last_hidden_state
+        mask = torch.cat([prefix.mask, prefix.mask.new_ones(n, self.num_slots - 1)], dim=1)
+        hidden = self.backbone(embeds, mask.long(), position_ids=positions_from_mask(mask)).last_hidden_state
         return self.action_logits(hidden[:, p - 1 :]), hidden[:, :p], prefix.mask
 
     def _pick(self, log_probs: torch.Tensor, deterministic: bool) -> torch.Tensor:
@@ -152,8 +163,9 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """OpenVLA decoding with a KV cache: token indices [N, C*A] and their log-probs [N, C*A, 256]."""
         prefix = self.prefix_encoder(obs)
-        out = self.backbone(prefix.embeds, prefix.mask.long(), use_cache=True)
-        prefix_hidden, mask = out.last_hidden_state, prefix.mask.long()
+        positions = positions_from_mask(prefix.mask)
+        out = self.backbone(prefix.embeds, prefix.mask.long(), use_cache=True, position_ids=positions)
+        prefix_hidden, mask, position = out.last_hidden_state, prefix.mask.long(), positions[:, -1:]
         hidden = prefix_hidden[:, -1:]
         indices, log_probs = [], []
         for step in range(self.num_slots):
@@ -166,7 +178,8 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
             if step + 1 < self.num_slots:
                 mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
                 token = self.backbone.embed_tokens(self.action_tokenizer.to_token(index))
-                out = self.backbone(token, mask, cache=out.cache, use_cache=True)
+                position = position + 1
+                out = self.backbone(token, mask, cache=out.cache, use_cache=True, position_ids=position)
                 hidden = out.last_hidden_state
         return torch.cat(indices, 1), torch.cat(log_probs, 1), prefix_hidden, prefix.mask
 
@@ -192,7 +205,8 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         if self.value_encoder is not None:
             return self.critic(self.value_encoder(obs))
         prefix = self.prefix_encoder(obs)
-        hidden = self.backbone(prefix.embeds, prefix.mask.long()).last_hidden_state
+        positions = positions_from_mask(prefix.mask)
+        hidden = self.backbone(prefix.embeds, prefix.mask.long(), position_ids=positions).last_hidden_state
         return self.critic(pool(hidden, prefix.mask))
 
     def sft_loss(self, batch: TensorDict) -> torch.Tensor:

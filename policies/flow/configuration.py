@@ -7,12 +7,23 @@ from embodrl.errors import ConfigError
 
 LIKELIHOODS = ("noise", "sde")
 CHAIN_REDUCTIONS = ("mean", "sum")
+CONDITIONINGS = ("mlp", "vla")
+VLA_VARIANTS = ("pi0", "pi05")
 
 
 @dataclass
 class FlowConfig:
     """Velocity net, Euler sampler and the RL likelihood head (references/algorithms.md §C)."""
 
+    # "mlp": a velocity MLP on ObsEncoder features; "vla": pi0's action expert, a Gemma-style transformer
+    # whose layers attend to the cached keys/values of the VLA prefix (policy.vla picks the backbone).
+    conditioning: str = "mlp"
+    # vla only. "pi0": state token + action/time MLP in the expert; "pi05": time through adaRMS norms,
+    # the state as discretized tokens in the prompt.
+    vla_variant: str = "pi0"
+    action_horizon: int = 0  # vla: chunk length H the expert denoises (pi0: 50); 0 = policy.chunk_size
+    max_action_dim: int = 0  # vla: actions zero-padded to this width (pi0: 32); 0 = policy.action_dim
+    max_state_dim: int = 0  # vla: state zero-padded to this width (pi0: 32); 0 = the env's state size
     hidden_dims: tuple[int, ...] = (256, 256, 256)  # velocity MLP on [features, x_t, time features]
     num_time_frequencies: int = 4  # sin/cos features of t: 2 * this many inputs
     num_steps: int = 4  # K Euler steps from t=1 (noise) to t=0 (action)
@@ -34,6 +45,10 @@ class FlowConfig:
         check_positive("policy.flow.sde_noise_level", self.sde_noise_level, allow_zero=True)
         check_choice("policy.flow.likelihood", self.likelihood, LIKELIHOODS)
         check_choice("policy.flow.chain_reduction", self.chain_reduction, CHAIN_REDUCTIONS)
+        check_choice("policy.flow.conditioning", self.conditioning, CONDITIONINGS)
+        check_choice("policy.flow.vla_variant", self.vla_variant, VLA_VARIANTS)
+        for key in ("action_horizon", "max_action_dim", "max_state_dim"):
+            check_positive(f"policy.flow.{key}", getattr(self, key), allow_zero=True)
         if self.noise_std_max < self.noise_std_min:
             raise ConfigError(
                 f"policy.flow.noise_std_max={self.noise_std_max} is below noise_std_min={self.noise_std_min}"

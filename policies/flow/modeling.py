@@ -1,4 +1,4 @@
-"""Flow-matching policy: a velocity MLP (the pi0 action expert at state/small-image scale) and its RL heads.
+"""Flow-matching policy: a velocity MLP or pi0's action expert over a VLA, and its RL likelihood heads.
 
 Training (openpi): t ~ Beta(1.5, 1) * 0.999 + 0.001, x_t = t * noise + (1 - t) * action, and the
 net regresses v = noise - action. Sampling integrates K Euler steps from t = 1 (noise) to t = 0 in
@@ -12,22 +12,25 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 
-from embodrl.errors import UserError
+from embodrl.errors import ConfigError, UserError
 from embodrl.policies.base import ActOut, EvalOut, Policy
-from embodrl.policies.checkpoint import CheckpointMixin
 from embodrl.policies.config import PolicyConfig
+from embodrl.policies.flow.action_expert import ActionExpert, expert_shape
 from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.flow.flow_noise import FlowNoiseHead
 from embodrl.policies.flow.flow_sde import FlowSDEHead
 from embodrl.policies.flow.sampling import VelocityFn
+from embodrl.policies.flow.vla_flow import VLAFlowPrefix
 from embodrl.policies.modules.logprob import reduce_logprob
 from embodrl.policies.modules.mlp import ValueHead, mlp
 from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
 from embodrl.policies.modules.sft import check_action_batch, masked_mean, zero_padded_steps
 from embodrl.policies.modules.time_features import time_features
+from embodrl.policies.vla.prefix import VLACheckpointMixin
 
 
 class VelocityNet(nn.Module):
@@ -44,8 +47,13 @@ class VelocityNet(nn.Module):
         return self.net(inputs).view(-1, *self.chunk_shape)
 
 
-class FlowPolicy(CheckpointMixin, Policy):
-    """Flow-matching actor-critic; replay stores the denoising chain (and Flow-SDE's step index)."""
+class FlowPolicy(VLACheckpointMixin, Policy):
+    """Flow-matching actor-critic; replay stores the denoising chain (and Flow-SDE's step index).
+
+    `flow.conditioning` picks the velocity model: "mlp" (VelocityNet on ObsEncoder features) or "vla"
+    (pi0's action expert over the VLA prefix cache, vla_flow.py). The chain lives in the model's chunk
+    shape [H, D] (pi0: zero-padded to 50 x 32); actions and log-probs use its first C steps and A dims.
+    """
 
     family = "flow"
 
@@ -53,39 +61,112 @@ class FlowPolicy(CheckpointMixin, Policy):
         self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]], device: str = "cpu"
     ) -> None:
         super().__init__()
-        self.cfg, self.obs_shapes = cfg, dict(obs_shapes)
+        self.cfg, self.obs_shapes, fcfg = cfg, dict(obs_shapes), cfg.flow
         self.chunk_shape = (cfg.chunk_size, cfg.action_dim)
         self.normalizers = make_normalizers(cfg, self.obs_shapes)
-        self.encoder = ObsEncoder(cfg, cfg.obs_keys, self.obs_shapes, self.normalizers)
+        if fcfg.conditioning == "vla":
+            self.encoder = self.velocity_net = None
+            self.prefix_encoder = VLAFlowPrefix(cfg, self.obs_shapes)
+            self.model_shape = (fcfg.action_horizon or cfg.chunk_size, fcfg.max_action_dim or cfg.action_dim)
+            if self.model_shape[0] < cfg.chunk_size or self.model_shape[1] < cfg.action_dim:
+                raise ConfigError(
+                    f"policy.flow.action_horizon x max_action_dim = {self.model_shape} is smaller than "
+                    f"policy.chunk_size x action_dim = {self.chunk_shape}; the expert cannot emit that chunk"
+                )
+            self.state_dim = self.obs_shapes["state"][-1] if "state" in cfg.obs_keys else 0
+            self.model_state_dim = fcfg.max_state_dim or max(self.state_dim, 1)
+            if self.model_state_dim < self.state_dim:
+                raise ConfigError(
+                    f"policy.flow.max_state_dim={fcfg.max_state_dim} is below the env's state size "
+                    f"{self.state_dim}; raise it (pi0: 32) or set 0 to use the state size"
+                )
+            self.action_expert = ActionExpert(
+                expert_shape(cfg.vla.architecture),
+                fcfg.vla_variant,
+                self.model_shape[1],
+                self.model_state_dim,
+                self.prefix_encoder.rope_theta,
+            )
+            feature_dim = 2 * cfg.vla.architecture.language.hidden_size
+        else:
+            self.prefix_encoder = self.action_expert = None
+            self.encoder = ObsEncoder(cfg, cfg.obs_keys, self.obs_shapes, self.normalizers)
+            self.model_shape = self.chunk_shape
+            self.velocity_net = VelocityNet(self.encoder.out_dim, self.chunk_shape, fcfg)
+            feature_dim = self.encoder.out_dim
         self.value_encoder = (
             ObsEncoder(cfg, cfg.value_obs_keys, self.obs_shapes, self.normalizers)
             if cfg.value_obs_keys
             else None
         )
-        self.velocity_net = VelocityNet(self.encoder.out_dim, self.chunk_shape, cfg.flow)
         self.head = (
-            FlowNoiseHead(self.encoder.out_dim, self.chunk_shape, cfg.flow)
-            if cfg.flow.likelihood == "noise"
-            else FlowSDEHead(cfg.flow)
+            FlowNoiseHead(feature_dim, self.model_shape, fcfg)
+            if fcfg.likelihood == "noise"
+            else FlowSDEHead(fcfg)
         )
-        self.critic = ValueHead((self.value_encoder or self.encoder).out_dim, cfg.value_hidden_dims)
+        self.critic = ValueHead(
+            self.value_encoder.out_dim if self.value_encoder else feature_dim, cfg.value_hidden_dims
+        )
         self.to(device)
 
-    def _velocity(self, features: torch.Tensor) -> VelocityFn:
-        return lambda x, t: self.velocity_net(features, x, t)
+    def _vla_state(self, obs: TensorDict) -> torch.Tensor | None:
+        """The normalized state [N, S], or None when the policy does not observe it."""
+        if not self.state_dim:
+            return None
+        if "state" not in obs.keys():
+            raise UserError(
+                f"observation is missing key 'state' that the policy reads; present: {sorted(obs.keys())}"
+            )
+        state = obs["state"].float()
+        if state.shape[-1] != self.state_dim:
+            raise UserError(
+                f"obs['state'] has per-env shape [{state.shape[-1]}]; "
+                f"this policy was built for [{self.state_dim}]"
+            )
+        return self.normalizers["state"](state)
 
-    def _value(self, obs: TensorDict, features: torch.Tensor) -> torch.Tensor:
+    def condition(self, obs: TensorDict, augment: bool = False) -> tuple[torch.Tensor, VelocityFn]:
+        """Features [N, F] and the velocity field v(x [M, H, D], t [M]) for M a multiple of N (env-major)."""
+        if self.encoder is not None:
+            features = self.encoder(obs, augment=augment)
+
+            def mlp_velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+                repeats = x.shape[0] // features.shape[0]
+                cond = features if repeats == 1 else features.repeat_interleave(repeats, dim=0)
+                return self.velocity_net(cond, x, t)
+
+            return features, mlp_velocity
+        state = self._vla_state(obs)
+        prefix = self.prefix_encoder(obs, state)
+        n = prefix.mask.shape[0]
+        padded = torch.zeros(n, self.model_state_dim, device=prefix.mask.device)
+        if state is not None:
+            padded[:, : self.state_dim] = state
+
+        def expert_velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+            repeats = x.shape[0] // n
+            return self.action_expert(
+                prefix.repeat_interleave(repeats), padded.repeat_interleave(repeats, dim=0), x, t
+            )
+
+        return prefix.features, expert_velocity
+
+    def _value(self, obs: TensorDict, features: torch.Tensor | None) -> torch.Tensor:
         return self.critic(features if self.value_encoder is None else self.value_encoder(obs))
+
+    def _executed(self, per_element: torch.Tensor) -> torch.Tensor:
+        """[N, H, D] -> the executed part [N, C, A]."""
+        return per_element[:, : self.chunk_shape[0], : self.chunk_shape[1]]
 
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
-        features = self.encoder(obs)
-        x0 = torch.randn(features.shape[0], *self.chunk_shape, device=features.device)  # noise at t = 1
-        replay, logprob = self.head.sample(self._velocity(features), features, x0, deterministic)
-        action_norm = replay["chain"][:, -1]  # [N, C, A]
+        features, velocity = self.condition(obs)
+        x0 = torch.randn(features.shape[0], *self.model_shape, device=features.device)  # noise at t = 1
+        replay, logprob = self.head.sample(velocity, features, x0, deterministic)
+        action_norm = self._executed(replay["chain"][:, -1])  # [N, C, A]
         return ActOut(
             actions=self.normalizers["action"].unnormalize(action_norm),
-            logprob=reduce_logprob(logprob, self.cfg.logprob_type),
+            logprob=reduce_logprob(self._executed(logprob), self.cfg.logprob_type),
             value=self._value(obs, features),
             replay=TensorDict(replay, batch_size=features.shape[:1]),
         )
@@ -93,24 +174,28 @@ class FlowPolicy(CheckpointMixin, Policy):
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
         if "chain" not in replay.keys():
             raise UserError("replay lacks 'chain': it was not produced by a flow policy's act()")
-        features = self.encoder(obs)
-        logprob, entropy = self.head.log_prob(self._velocity(features), features, replay)
+        features, velocity = self.condition(obs)
+        logprob, entropy = self.head.log_prob(velocity, features, replay)
         return EvalOut(
-            logprob=reduce_logprob(logprob, self.cfg.logprob_type),
+            logprob=reduce_logprob(self._executed(logprob), self.cfg.logprob_type),
             entropy=entropy,
             value=self._value(obs, features),
         )
 
     def value(self, obs: TensorDict) -> torch.Tensor:
-        return self._value(obs, self.encoder(obs))
+        if self.value_encoder is not None:
+            return self._value(obs, None)
+        return self._value(obs, self.condition(obs)[0])
 
     def sft_loss(self, batch: TensorDict) -> torch.Tensor:
-        """Flow-matching MSE between predicted and target velocity, ignoring padded chunk steps."""
+        """Flow-matching MSE of the velocity on the executed chunk, ignoring padded steps."""
         is_pad = batch.get("action_is_pad", None)  # [B, C] bool
         action = self.normalizers["action"](check_action_batch(batch, self.chunk_shape))  # [B, C, A]
         action = zero_padded_steps(action, is_pad)
+        (c, a), (h, d) = self.chunk_shape, self.model_shape
+        action = F.pad(action, (0, d - a, 0, h - c))  # [B, H, D]: the model's zero padding
         repeats = self.cfg.flow.sft_samples_per_obs
-        features = self.encoder(batch, augment=True).repeat_interleave(repeats, dim=0)  # [B*R, F]
+        features, velocity = self.condition(batch, augment=True)
         action = action.repeat_interleave(repeats, dim=0)
         beta = torch.distributions.Beta(
             torch.tensor(1.5, device=action.device), torch.tensor(1.0, device=action.device)
@@ -118,5 +203,5 @@ class FlowPolicy(CheckpointMixin, Policy):
         t = beta.sample((action.shape[0],)) * 0.999 + 0.001  # [B*R], more mass near t = 1 (noise)
         noise = torch.randn_like(action)
         x_t = t.view(-1, 1, 1) * noise + (1 - t.view(-1, 1, 1)) * action
-        error = (self.velocity_net(features, x_t, t) - (noise - action)).pow(2)
+        error = self._executed(velocity(x_t, t) - (noise - action)).pow(2)
         return masked_mean(error, None if is_pad is None else is_pad.repeat_interleave(repeats, dim=0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from embodrl.choices import check_choice, check_positive
@@ -10,6 +11,7 @@ from embodrl.errors import ConfigError
 VISION_KINDS = ("siglip", "dinov2")
 LANGUAGE_MODEL_TYPES = ("llama", "qwen2", "gemma")
 PROJECTORS = ("linear", "mlp", "fused_gelu_mlp")
+PROMPT_FORMATS = ("plain", "openvla")
 SIGLIP_MEAN_STD = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))  # SigLIP expects pixels in [-1, 1]
 IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))  # DINOv2
 
@@ -28,6 +30,10 @@ class VisionTowerConfig:
     num_register_tokens: int = 0  # dinov2 only
     image_mean: tuple[float, float, float] = SIGLIP_MEAN_STD[0]
     image_std: tuple[float, float, float] = SIGLIP_MEAN_STD[1]
+    hidden_act: str | None = None  # None: the kind's transformers default; Prismatic's timm ViTs use "gelu"
+    # -1: the final block's output after the final LayerNorm; -k (k >= 2): the raw output of the k-th block
+    # from the end (Prismatic/OpenVLA read -2, timm's get_intermediate_layers(n={L - 2})).
+    feature_layer: int = -1
 
     @property
     def num_patches(self) -> int:
@@ -48,6 +54,7 @@ class LanguageModelConfig:
     vocab_size: int  # real vocabulary; action tokens are its last 256 ids
     embedding_rows: int = 0  # rows of the embedding/LM head when padded (OpenVLA: 32000 + <PAD> -> 32064)
     max_positions: int = 2048
+    rms_norm_eps: float = 1e-6
 
     @property
     def padded_vocab_size(self) -> int:
@@ -62,6 +69,26 @@ class VLAArchitecture:
     projector: str  # "linear" (PaliGemma), "mlp" (LLaVA), "fused_gelu_mlp" (Prismatic DINO+SigLIP)
     language: LanguageModelConfig
     action_expert: LanguageModelConfig | None = None  # pi0's Gemma-300M expert (used by flow policies)
+    state_projector: str = "linear"  # "mlp": Linear, GELU, Linear (OpenVLA-OFT's proprio projector)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> VLAArchitecture:
+        """Inverse of `dataclasses.asdict` (JSON lists back to tuples)."""
+
+        def language(d: dict | None) -> LanguageModelConfig | None:
+            return None if d is None else LanguageModelConfig(**d)
+
+        towers = tuple(
+            VisionTowerConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in t.items()})
+            for t in data["vision_towers"]
+        )
+        rest = {k: v for k, v in data.items() if k not in ("vision_towers", "language", "action_expert")}
+        return cls(
+            towers,
+            language=language(data["language"]),
+            action_expert=language(data.get("action_expert")),
+            **rest,
+        )
 
     @property
     def vision_dim(self) -> int:
@@ -77,12 +104,25 @@ PRESETS: dict[str, VLAArchitecture] = {
         projector="mlp",
         language=LanguageModelConfig("llama", 128, 4, 4, 2, 32, 384, vocab_size=1024, max_positions=512),
     ),
-    # OpenVLA-7B: Prismatic DINOv2 ViT-L/14 (4 registers) + SigLIP SO400M/14 at 224 px, fused GELU MLP,
-    # Llama-2 7B with the 32000-token vocabulary (+ <PAD>) padded to 32064 rows.
+    # OpenVLA-7B: Prismatic DINOv2 ViT-L/14 (4 registers) + SigLIP SO400M/14 at 224 px (timm's exact GELU,
+    # features of the second-to-last block), fused GELU MLP, Llama-2 7B with the 32000-token vocabulary
+    # (+ <PAD>) padded to 32064 rows.
     "openvla-7b": VLAArchitecture(
         vision_towers=(
-            VisionTowerConfig("dinov2", 224, 14, 1024, 24, 16, 4096, 4, *IMAGENET_MEAN_STD),
-            _SIGLIP_SO400M_224,
+            VisionTowerConfig(
+                "dinov2",
+                224,
+                14,
+                1024,
+                24,
+                16,
+                4096,
+                4,
+                *IMAGENET_MEAN_STD,
+                hidden_act="gelu",
+                feature_layer=-2,
+            ),
+            dataclasses.replace(_SIGLIP_SO400M_224, hidden_act="gelu", feature_layer=-2),
         ),
         projector="fused_gelu_mlp",
         language=LanguageModelConfig("llama", 4096, 32, 32, 32, 128, 11008, 32000, 32064, 4096),
@@ -102,6 +142,11 @@ class VLAConfig:
     """Which backbone preset, and how instructions are tokenized (nested in PolicyConfig as `vla`)."""
 
     preset: str = "nano"  # a key of PRESETS
+    # An imported checkpoint's architecture (policies/pretrained/); overrides `preset` when set.
+    custom: VLAArchitecture | None = None
+    # "plain": [images][instruction, right-padded][state]; "openvla": [BOS][images][state]["In: What
+    # action should the robot take to {instruction}?\nOut:" + "▁", left-padded], as OpenVLA(-OFT).
+    prompt_format: str = "plain"
     # Corpus the instruction tokenizer (byte-level BPE) is trained on when a policy is created; the
     # trained tokenizer is saved with the checkpoint. Empty: bytes only, which still encodes any text.
     instructions: tuple[str, ...] = ()
@@ -109,10 +154,14 @@ class VLAConfig:
     max_instruction_tokens: int = 16  # fixed padded length, so positions never depend on the batch
 
     def __post_init__(self) -> None:
+        if isinstance(self.custom, dict):  # read back from config.json
+            self.custom = VLAArchitecture.from_dict(self.custom)
         check_choice("policy.vla.preset", self.preset, tuple(PRESETS))
+        check_choice("policy.vla.prompt_format", self.prompt_format, PROMPT_FORMATS)
         check_positive("policy.vla.max_instruction_tokens", self.max_instruction_tokens)
-        free = PRESETS[self.preset].language.vocab_size - 256
-        if not 256 < self.tokenizer_vocab_size <= free:
+        free = self.architecture.language.vocab_size - 256
+        # the trained tokenizer only; the openvla format uses the checkpoint's own (Llama) tokenizer
+        if self.prompt_format == "plain" and not 256 < self.tokenizer_vocab_size <= free:
             raise ConfigError(
                 f"policy.vla.tokenizer_vocab_size={self.tokenizer_vocab_size} must be in (256, {free}] "
                 f"for preset {self.preset!r} (byte alphabet below, 256 action tokens above)"
@@ -120,4 +169,4 @@ class VLAConfig:
 
     @property
     def architecture(self) -> VLAArchitecture:
-        return PRESETS[self.preset]
+        return self.custom if self.custom is not None else PRESETS[self.preset]

@@ -26,7 +26,7 @@ from embodrl.policies.vla.configuration import (
     VLAArchitecture,
     VLAConfig,
 )
-from embodrl.policies.vla.tokenizer import tokenize_instructions
+from embodrl.policies.vla.tokenizer import tokenize_instructions, tokenize_openvla_prompts
 
 
 def build_vision_tower(cfg: VisionTowerConfig) -> PreTrainedModel:
@@ -40,6 +40,7 @@ def build_vision_tower(cfg: VisionTowerConfig) -> PreTrainedModel:
             image_size=cfg.image_size,
             patch_size=cfg.patch_size,
             vision_use_head=False,  # PaliGemma/Prismatic read patch features, not the pooled head
+            **({"hidden_act": cfg.hidden_act} if cfg.hidden_act else {}),
         )
         return SiglipVisionModel(config)
     config = Dinov2WithRegistersConfig(
@@ -50,6 +51,7 @@ def build_vision_tower(cfg: VisionTowerConfig) -> PreTrainedModel:
         image_size=cfg.image_size,
         patch_size=cfg.patch_size,
         num_register_tokens=cfg.num_register_tokens,
+        **({"hidden_act": cfg.hidden_act} if cfg.hidden_act else {}),
     )
     return Dinov2WithRegistersModel(config)
 
@@ -66,6 +68,7 @@ def build_language_model(cfg: LanguageModelConfig, with_embeddings: bool = True)
         intermediate_size=cfg.intermediate_size,
         vocab_size=cfg.padded_vocab_size,
         max_position_embeddings=cfg.max_positions,
+        rms_norm_eps=cfg.rms_norm_eps,
     )
     config._attn_implementation = "sdpa"  # takes our custom 4D masks (parallel decoding) as given
     model = AutoModel.from_config(config)
@@ -111,15 +114,18 @@ class VLABackbone(nn.Module):
         state_dim: int,
         tokenizer: PreTrainedTokenizerFast | None = None,
         max_instruction_tokens: int = VLAConfig.max_instruction_tokens,
+        prompt_format: str = VLAConfig.prompt_format,
     ) -> None:
         super().__init__()
         self.architecture, self.image_keys, self.tokenizer = architecture, tuple(image_keys), tokenizer
-        self.max_instruction_tokens = max_instruction_tokens
+        self.max_instruction_tokens, self.prompt_format = max_instruction_tokens, prompt_format
         self.vision_towers = nn.ModuleList(build_vision_tower(t) for t in architecture.vision_towers)
         hidden = architecture.language.hidden_size
         self.projector = build_projector(architecture.projector, architecture.vision_dim, hidden)
         self.language_model = build_language_model(architecture.language)
-        self.state_projection = nn.Linear(state_dim, hidden) if state_dim > 0 else None
+        self.state_projection = (
+            build_projector(architecture.state_projector, state_dim, hidden) if state_dim > 0 else None
+        )
         for i, tower in enumerate(architecture.vision_towers):
             self.register_buffer(f"image_mean_{i}", torch.tensor(tower.image_mean).view(1, 3, 1, 1), False)
             self.register_buffer(f"image_std_{i}", torch.tensor(tower.image_std).view(1, 3, 1, 1), False)
@@ -141,7 +147,7 @@ class VLABackbone(nn.Module):
         towers = zip(self.vision_towers, self.architecture.vision_towers, strict=True)
         for i, (tower, cfg) in enumerate(towers):
             normalized = (pixels - getattr(self, f"image_mean_{i}")) / getattr(self, f"image_std_{i}")
-            out = tower(pixel_values=normalized).last_hidden_state  # [N, tokens, D_i]
+            out = tower_features(tower, cfg, normalized)  # [N, tokens, D_i]
             features.append(out[:, out.shape[1] - cfg.num_patches :])  # drop CLS/register tokens (DINOv2)
         return self.projector(torch.cat(features, dim=-1))
 
@@ -150,26 +156,36 @@ class VLABackbone(nn.Module):
         return self.language_model.embed_tokens(ids)
 
     def embed_prefix(self, obs: TensorDict, state: torch.Tensor | None) -> Prefix:
-        """Prefix of an observation batch; `state` is the already normalized proprio state [N, S]."""
-        n, device = obs.batch_size[0], self.language_model.embed_tokens.weight.device
-        parts, masks = [], []
+        """Prefix of an observation batch; `state` is the already normalized proprio state [N, S].
+
+        "plain": [images][instruction, right-padded][state]; "openvla": [BOS][images][state][prompt,
+        left-padded], so real tokens sit where OpenVLA(-OFT) puts them once positions skip the padding.
+        """
+        device = self.language_model.embed_tokens.weight.device
+        images = []
         if self.image_keys:
-            images = torch.cat([obs[key] for key in self.image_keys], dim=0)  # one tower pass for all cameras
-            for patches in self.encode_images(images).chunk(len(self.image_keys), dim=0):
-                parts.append(patches)
-                masks.append(torch.ones(patches.shape[:2], dtype=torch.bool, device=device))
+            batch = torch.cat([obs[key] for key in self.image_keys], dim=0)  # one tower pass for all cameras
+            images = list(self.encode_images(batch).chunk(len(self.image_keys), dim=0))
         if "instruction" not in obs.keys():
             raise UserError(
                 "a VLA policy needs obs['instruction'] (N strings); add env.instructions(obs['task_id'])"
             )
-        ids, ids_mask = tokenize_instructions(
-            self.tokenizer, list(obs["instruction"]), self.max_instruction_tokens, device
-        )
-        parts.append(self.embed_tokens(ids))
-        masks.append(ids_mask)
-        if self.state_projection is not None:
-            parts.append(self.state_projection(state).unsqueeze(1))
-            masks.append(torch.ones(n, 1, dtype=torch.bool, device=device))
+        instructions = list(obs["instruction"])
+        states = [] if self.state_projection is None else [self.state_projection(state).unsqueeze(1)]
+        if self.prompt_format == "openvla":
+            bos, ids, ids_mask = tokenize_openvla_prompts(
+                self.tokenizer, instructions, self.max_instruction_tokens, device
+            )
+            parts = [self.embed_tokens(bos), *images, *states, self.embed_tokens(ids)]
+            text_at = len(parts) - 1
+        else:
+            ids, ids_mask = tokenize_instructions(
+                self.tokenizer, instructions, self.max_instruction_tokens, device
+            )
+            parts = [*images, self.embed_tokens(ids), *states]
+            text_at = len(images)
+        masks = [torch.ones(part.shape[:2], dtype=torch.bool, device=device) for part in parts]
+        masks[text_at] = ids_mask
         return Prefix(torch.cat(parts, dim=1), torch.cat(masks, dim=1))
 
     def forward(
@@ -178,15 +194,31 @@ class VLABackbone(nn.Module):
         attention_mask: torch.Tensor,
         cache=None,
         use_cache: bool = False,
+        position_ids: torch.Tensor | None = None,
     ):
         """Run the language model on input embeddings [N, T, H] with a 2D padding mask [N, past + T] (causal)
-        or a custom 4D boolean mask [N, 1, T, past + T] (True: may attend). Returns the model output."""
+        or a custom 4D boolean mask [N, 1, T, past + T] (True: may attend); `position_ids` [N, T] default to
+        past + arange(T). Returns the model output."""
         return self.language_model(
             inputs_embeds=embeds,
             attention_mask=attention_mask,
+            position_ids=position_ids,
             cache=cache,
             use_cache=use_cache,
         )
+
+
+def tower_features(tower: PreTrainedModel, cfg: VisionTowerConfig, pixels: torch.Tensor) -> torch.Tensor:
+    """Token features [N, tokens, D] of one tower at `cfg.feature_layer` (see VisionTowerConfig)."""
+    if cfg.feature_layer == -1:
+        return tower(pixel_values=pixels).last_hidden_state
+    return tower(pixel_values=pixels, output_hidden_states=True).hidden_states[cfg.feature_layer]
+
+
+def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids [N, T] that count real tokens only (mask [N, T] bool), so padding inside the sequence
+    leaves no gap in the rotary positions: left-padded prompts line up with unpadded ones."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

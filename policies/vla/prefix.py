@@ -40,6 +40,7 @@ class VLAPrefixEncoder(nn.Module):
             state_dim=obs_shapes["state"][-1] if self.uses_state else 0,
             tokenizer=train_tokenizer(cfg.vla.instructions, cfg.vla.tokenizer_vocab_size),
             max_instruction_tokens=cfg.vla.max_instruction_tokens,
+            prompt_format=cfg.vla.prompt_format,
         )
 
     @property

@@ -50,3 +50,36 @@ def tokenize_instructions(
         return_tensors="pt",
     )
     return encoded["input_ids"].to(device), encoded["attention_mask"].to(device=device, dtype=torch.bool)
+
+
+OPENVLA_PROMPT = "In: What action should the robot take to {instruction}?\nOut:"
+EMPTY_TOKEN = "▁"  # Llama's lone-space piece (id 29871), which OpenVLA appends after "Out:"
+
+
+def tokenize_openvla_prompts(
+    tokenizer: PreTrainedTokenizerFast, instructions: Sequence[str], length: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """OpenVLA's prompt: BOS ids [N, 1], and the prompt ids after BOS ending in the empty token, left-padded
+    to `length` [N, L] with their mask [N, L] bool (OpenVLA lowercases the instruction)."""
+    empty = tokenizer.convert_tokens_to_ids(EMPTY_TOKEN)
+    if empty is None or empty == tokenizer.unk_token_id or tokenizer.bos_token_id is None:
+        raise UserError(
+            f"the tokenizer has no {EMPTY_TOKEN!r} piece or no BOS token: the openvla prompt format needs "
+            "the checkpoint's Llama tokenizer (tokenizer.json)"
+        )
+    ids = torch.zeros(len(instructions), length, dtype=torch.long)
+    mask = torch.zeros(len(instructions), length, dtype=torch.bool)
+    for row, instruction in enumerate(instructions):
+        prompt = OPENVLA_PROMPT.format(instruction=instruction.lower())
+        tokens = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if not tokens or tokens[-1] != empty:
+            tokens.append(empty)
+        if len(tokens) > length:
+            raise UserError(
+                f"the OpenVLA prompt for {instruction!r} has {len(tokens)} tokens; set "
+                f"policy.vla.max_instruction_tokens >= {len(tokens)}"
+            )
+        ids[row, length - len(tokens) :] = torch.tensor(tokens)
+        mask[row, length - len(tokens) :] = True
+    bos = torch.full((len(instructions), 1), tokenizer.bos_token_id, dtype=torch.long)
+    return bos.to(device), ids.to(device), mask.to(device)

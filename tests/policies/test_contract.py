@@ -17,13 +17,16 @@ VARIANTS = {
     "flow-noise": dict(family="flow", flow=FlowConfig(likelihood="noise")),
     "flow-noise-sum": dict(family="flow", flow=FlowConfig(likelihood="noise", chain_reduction="sum")),
     "flow-sde": dict(family="flow", flow=FlowConfig(likelihood="sde")),
+    # pi0-style action expert over the nano VLA (reads obs["instruction"] as well)
+    "flow-vla-noise": dict(family="flow", flow=FlowConfig(conditioning="vla", num_steps=3)),
+    "flow-vla-sde": dict(family="flow", flow=FlowConfig(conditioning="vla", likelihood="sde", num_steps=3)),
 }
 LOGPROB_SHAPES = {"token": (N, C, A), "action": (N, C), "chunk": (N,)}
 
 
 def make_obs(n: int = N, seed: int = 0) -> TensorDict:
     g = torch.Generator().manual_seed(seed)
-    return TensorDict(
+    obs = TensorDict(
         {
             "state": torch.randn(n, S, generator=g) * 3 + 1,
             "rgb": torch.randint(0, 256, (n, 64, 64, 3), generator=g, dtype=torch.uint8),
@@ -32,6 +35,8 @@ def make_obs(n: int = N, seed: int = 0) -> TensorDict:
         },
         batch_size=[n],
     )
+    obs["instruction"] = ["pick up the cube", "push the cube"] * (n // 2) + ["stack"] * (n % 2)
+    return obs
 
 
 def build(variant: str, obs_keys=("state",), **kwargs):
@@ -84,14 +89,16 @@ def test_ratio_is_one_with_images_task_ids_and_a_privileged_critic(variant):
     assert not torch.allclose(policy.value(changed), out.value)  # the critic reads `privileged`
 
 
-@pytest.mark.parametrize("variant", ["gaussian", "flow-noise", "flow-sde"])
+@pytest.mark.parametrize("variant", ["gaussian", "flow-noise", "flow-sde", "flow-vla-noise"])
 def test_save_then_load_gives_identical_outputs(variant, tmp_path):
     policy = build(variant, obs_keys=("state", "rgb"))
     policy.save_pretrained(tmp_path)
+    tokenizer = {"tokenizer.json", "tokenizer_config.json"} if "vla" in variant else set()
     assert {p.name for p in tmp_path.iterdir()} == {
         "config.json",
         "model.safetensors",
         "normalization.safetensors",
+        *tokenizer,
     }
     loaded = load_policy(tmp_path)
     assert type(loaded) is type(policy)

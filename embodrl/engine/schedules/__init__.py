@@ -22,9 +22,10 @@ def make_schedule(
     """The schedule named by `cfg.schedule`, with a rollout worker placed as `cfg.placement` says."""
     copy = cfg.schedule == "async" or cfg.placement == "disaggregated"
     rollout = RolloutWorker(policy, env.timer, copy_to=(cfg.rollout_device or device) if copy else None)
-    inner = (PipelinedSchedule if cfg.num_stages > 1 else SequentialSchedule)(env, rollout, buffer)
     if cfg.schedule == "sequential":
         return SequentialSchedule(env, rollout, buffer)
     if cfg.schedule == "pipelined":
-        return inner
+        return PipelinedSchedule(env, rollout, buffer)
+    # async: the producer thread runs the pipelined loop when there are stages to overlap
+    inner = (PipelinedSchedule if cfg.num_stages > 1 else SequentialSchedule)(env, rollout, buffer)
     return AsyncSchedule(inner, cfg.max_staleness)

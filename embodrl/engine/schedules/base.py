@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ class Rollout:
     """A filled buffer (with `version` [T, N]: the weight version of every decision) and its statistics."""
 
     buffer: RolloutBuffer
-    timings: dict[str, float]  # seconds per stage: inference, env_step, env_wait, weight_sync, ...
+    timings: dict[str, float]  # seconds: rollout (wall), inference, env_step, env_wait, weight_sync
     episodes: dict[str, float]  # outcomes of the episodes that finished: episodes, return, length, success
 
 
@@ -82,9 +83,10 @@ class SyncSchedule(Schedule):
 
     def collect(self, initial_states: InitialStates) -> Rollout:
         self.env.timer.pop()  # drop what was timed between rollouts (evaluation, resets)
+        start = time.perf_counter()
         self.rollout.sync()
         obs = self.env.reset_to(initial_states())
-        self.tracker.discard_running()
+        self.tracker = EpisodeTracker.zeros(self.env.num_envs)  # also forgets a failed attempt's episodes
         self.buffer.clear()
         self.versions: list[int] = []  # weight version of each decision
         policy = self.rollout.policy
@@ -98,7 +100,9 @@ class SyncSchedule(Schedule):
         data = self.buffer.data
         versions = torch.tensor(self.versions, device=data.device)  # [T]
         data.set("version", versions[:, None].expand(data.batch_size).clone())
-        return Rollout(self.buffer, self.env.timer.pop(), self.tracker.pop())
+        timings = self.env.timer.pop()
+        timings["rollout"] = time.perf_counter() - start  # wall time of the whole rollout, resets included
+        return Rollout(self.buffer, timings, self.tracker.pop())
 
     def next_decision(self) -> int:
         """Apply weights pushed since the last decision (in-flight update); returns the acting version."""

@@ -1,0 +1,148 @@
+"""Rollout engine speedups: sequential vs pipelined (K=2, K=4) vs async, on the tabletop suite with rgb.
+
+For each schedule: seconds per rollout of T decisions x N envs (best of R, timed in turns), the stage timers
+(t_sim: env stepping and rendering inside the env worker; t_inf: policy inference), and the
+end-to-end env-steps/s of a training loop (rollout + PPO update + weight push), where the async
+schedule overlaps the next rollout with the update. The ideal pipelined speedup is
+(t_sim + t_inf) / max(t_sim, t_inf) with t_sim, t_inf from the sequential run.
+
+    python benchmarks/pipeline_speedup.py            # N=8, T=10, rgb 128
+    python benchmarks/pipeline_speedup.py --quick    # N=4, T=5, rgb 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from embodrl.algos.ppo import PPO
+from embodrl.config import compose
+from embodrl.data.rollout_buffer import RolloutBuffer
+from embodrl.engine.env_client import StagedEnv
+from embodrl.engine.schedules import make_schedule
+from embodrl.train.rl_runner import build_policy
+
+MODES = {  # label -> engine overrides
+    "sequential": ["engine.schedule=sequential"],
+    "pipelined K=2": ["engine.schedule=pipelined", "engine.num_stages=2"],
+    "pipelined K=4": ["engine.schedule=pipelined", "engine.num_stages=4"],
+    "pipelined K=2 mp": ["engine.schedule=pipelined", "engine.num_stages=2", "engine.transport=multiprocess"],
+    "async K=2": ["engine.schedule=async", "engine.num_stages=2", "engine.max_staleness=1"],
+}
+
+
+def experiment(args, engine: list[str]):
+    return compose(
+        None,
+        [
+            "env.suite=tabletop-basic",
+            "env.obs_mode=rgb",
+            f"env.image_size={args.image_size}",
+            f"env.num_envs={args.num_envs}",
+            "env.num_threads=1",
+            "policy.family=gaussian",
+            "policy.obs_keys=[rgb,state]",
+            "policy.chunk_size=1",
+            f"policy.cnn_channels={args.channels}",
+            "algo.num_epochs=1",
+            "algo.critic_warmup_iters=0",
+            *engine,
+        ],
+    )
+
+
+class Setup:
+    """One schedule with its own env worker, policy and PPO, measured in turns with the others."""
+
+    def __init__(self, args, engine: list[str]) -> None:
+        self.cfg = cfg = experiment(args, engine)
+        self.env = StagedEnv(cfg.env, cfg.engine)
+        torch.manual_seed(0)
+        self.policy = build_policy(cfg, self.env)
+        self.schedule = make_schedule(
+            cfg.engine, self.env, self.policy, RolloutBuffer(args.steps, args.num_envs), "cpu"
+        )
+        self.algo = PPO(self.policy, cfg.algo)
+        self.schedule.push_weights(self.policy, 0)
+        self.best, self.timings = float("inf"), {}
+
+    def states(self) -> torch.Tensor:
+        return torch.arange(self.env.num_envs)
+
+    def time_rollout(self) -> None:
+        start = time.perf_counter()
+        rollout = self.schedule.collect(self.states)
+        seconds = time.perf_counter() - start
+        if seconds < self.best:
+            self.best, self.timings = seconds, rollout.timings
+
+    def train_rate(self, iterations: int) -> float:
+        """Env-steps/s of `iterations` x (rollout, PPO update, weight push)."""
+        gen, buffer = torch.Generator().manual_seed(0), self.schedule.buffer
+        start = time.perf_counter()
+        for version in range(iterations):
+            rollout = self.schedule.collect(self.states)
+            self.algo.update(rollout.buffer, version, gen)
+            self.schedule.push_weights(self.policy, version + 1)
+        rate = iterations * buffer.num_steps * buffer.num_envs / (time.perf_counter() - start)
+        self.schedule.close()
+        self.env.close()
+        return rate
+
+
+def measure(args) -> dict[str, dict[str, float]]:
+    """Rollouts timed in turns (round-robin), so a busy spell of the machine hits every schedule alike."""
+    setups = {label: Setup(args, engine) for label, engine in MODES.items()}
+    timed = [s for label, s in setups.items() if not label.startswith("async")]  # async needs an update
+    for setup in timed:
+        setup.time_rollout()  # warm-up: renderer contexts, allocator
+        setup.best = float("inf")
+    for _ in range(args.repeats):
+        for setup in timed:
+            setup.time_rollout()
+    return {
+        label: {
+            "rollout_s": s.best,
+            "t_sim": s.timings.get("env_step", float("nan")),
+            "t_inf": s.timings.get("inference", float("nan")),
+            "steps_per_s": s.train_rate(args.iterations),
+        }
+        for label, s in setups.items()
+    }
+
+
+def main() -> None:
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
+    parser.add_argument("--quick", action="store_true", help="N=4, T=5, rgb 64, fewer repeats")
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=10, help="decisions per rollout (T)")
+    parser.add_argument("--image-size", type=int, default=128)
+    parser.add_argument("--channels", default="[32,64,64,64]", help="CNN widths: the inference cost")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=4, help="rollout + update loops for env-steps/s")
+    args = parser.parse_args()
+    if args.quick:
+        args.num_envs, args.steps, args.image_size, args.repeats, args.iterations = 4, 5, 64, 2, 2
+    torch.set_num_threads(1)  # one core infers while the env worker steps on the other
+    results = measure(args)
+    seq = results["sequential"]
+    ideal = (seq["t_sim"] + seq["t_inf"]) / max(seq["t_sim"], seq["t_inf"])
+    print(
+        f"tabletop-basic rgb {args.image_size}, N={args.num_envs} envs, T={args.steps} decisions; "
+        f"sequential t_sim={seq['t_sim']:.3f}s t_inf={seq['t_inf']:.3f}s; ideal speedup {ideal:.2f}x"
+    )
+    header = f"{'schedule':<18}{'rollout s':>11}{'t_sim s':>9}{'t_inf s':>9}{'speedup':>9}{'of ideal':>10}"
+    print(header + f"{'train env-steps/s':>19}{'vs seq':>8}")
+    for label, r in results.items():
+        speedup = seq["rollout_s"] / r["rollout_s"] if r["rollout_s"] < float("inf") else float("nan")
+        print(
+            f"{label:<18}{r['rollout_s']:>11.3f}{r['t_sim']:>9.3f}{r['t_inf']:>9.3f}{speedup:>8.2f}x"
+            f"{speedup / ideal:>9.0%} {r['steps_per_s']:>18.1f}{r['steps_per_s'] / seq['steps_per_s']:>7.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()

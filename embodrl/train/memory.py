@@ -1,0 +1,109 @@
+"""Training memory estimate printed before a run: parameters, gradients, optimizer state, activations.
+
+Per GPU, before sharding. Activations follow the usual transformer count of values kept for backward per
+token and layer (Korthikanti et al., 2022, with fused attention so no T x T scores): ~8 hidden-sized and 4
+MLP-sized tensors; gradient checkpointing keeps only each layer's input plus one layer's full set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class TransformerStack:
+    """A stack of transformer layers and the tokens it sees per sample (for the activation estimate)."""
+
+    tokens: int
+    hidden: int
+    intermediate: int
+    layers: int
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per component for one micro-batch."""
+
+    parameters: int  # counts
+    trainable: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    activation_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.activation_bytes
+
+    def report(self) -> str:
+        """Human-readable lines, in GiB."""
+        rows = [
+            ("parameters", self.param_bytes, f"{self.parameters / 1e9:.2f}B"),
+            ("gradients", self.grad_bytes, f"{self.trainable / 1e9:.2f}B trainable"),
+            ("optimizer state", self.optimizer_bytes, ""),
+            ("activations / micro-batch", self.activation_bytes, ""),
+            ("total", self.total_bytes, ""),
+        ]
+        return "\n".join(
+            f"memory  {name:<26}{size / GIB:8.2f} GiB  {note}".rstrip() for name, size, note in rows
+        )
+
+
+def estimate_memory(
+    parameters: int,
+    trainable: int,
+    stacks: list[TransformerStack],
+    micro_batch: int,
+    param_bytes: int = 4,  # fp32 master weights; 2 for pure bf16
+    activation_bytes: int = 2,  # bf16 autocast; 4 in fp32
+    optimizer_states: int = 2,  # Adam: exp_avg and exp_avg_sq, fp32
+    gradient_checkpointing: bool = False,
+) -> MemoryEstimate:
+    """Memory of training with `trainable` of `parameters` receiving gradients and optimizer state."""
+    values = 0
+    for s in stacks:
+        per_layer = s.tokens * (8 * s.hidden + 4 * s.intermediate)
+        kept = s.layers * s.tokens * s.hidden + per_layer if gradient_checkpointing else s.layers * per_layer
+        values += kept
+    return MemoryEstimate(
+        parameters=parameters,
+        trainable=trainable,
+        param_bytes=parameters * param_bytes,
+        grad_bytes=trainable * param_bytes,
+        optimizer_bytes=trainable * optimizer_states * 4,
+        activation_bytes=micro_batch * values * activation_bytes,
+    )
+
+
+def policy_stacks(policy: nn.Module) -> list[TransformerStack]:
+    """Transformer stacks of a VLA policy (vision towers, language model, action expert); [] otherwise."""
+    cfg = getattr(policy, "cfg", None)
+    if cfg is None or getattr(policy, "prefix_encoder", None) is None:
+        return []
+    arch, vla = cfg.vla.architecture, cfg.vla
+    images = len([k for k in cfg.obs_keys if k in ("rgb", "wrist_rgb")])
+    stacks = [
+        TransformerStack(images * t.num_patches, t.hidden_size, t.intermediate_size, t.num_layers)
+        for t in arch.vision_towers
+    ]
+    patches = images * (arch.vision_towers[0].num_patches if arch.vision_towers else 0)
+    actions = cfg.chunk_size * cfg.action_dim
+    lm = arch.language
+    lm_tokens = patches + vla.max_instruction_tokens + 2 + actions  # + BOS/state
+    stacks.append(TransformerStack(lm_tokens, lm.hidden_size, lm.intermediate_size, lm.num_layers))
+    if arch.action_expert is not None:
+        e = arch.action_expert
+        stacks.append(TransformerStack(cfg.chunk_size + 1, e.hidden_size, e.intermediate_size, e.num_layers))
+    return stacks
+
+
+def estimate_policy_memory(policy: nn.Module, micro_batch: int, **precision) -> MemoryEstimate:
+    """`estimate_memory` for a built policy (its parameter counts and, for VLAs, its transformer stacks)."""
+    params = list(policy.parameters())
+    total = sum(p.numel() for p in params)
+    trainable = sum(p.numel() for p in params if p.requires_grad)
+    return estimate_memory(total, trainable, policy_stacks(policy), micro_batch, **precision)

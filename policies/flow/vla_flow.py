@@ -1,0 +1,126 @@
+"""The VLA side of the pi0-style flow policy: images + prompt -> prefix language model -> cached keys/values.
+
+Prefix layout (openpi's embed_prefix): [patches of each camera] [prompt tokens, right-padded]. Attention is
+bidirectional over the real prefix tokens and positions count real tokens only (cumsum(mask) - 1), so
+padding changes nothing. Prompts follow openpi's PaligemmaTokenizer: pi0 reads the cleaned instruction and
+a newline; pi05 reads "Task: ..., State: ...;" then "Action: ", the normalized state discretized into 256
+bins over [-1, 1].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from embodrl.errors import UserError
+from embodrl.policies.config import IMAGE_KEYS, PolicyConfig
+from embodrl.policies.vla.modeling import VLABackbone, pool
+from embodrl.policies.vla.prefix import VLA_OBS_KEYS
+from embodrl.policies.vla.tokenizer import tokenize_instructions, train_tokenizer
+
+STATE_BINS = 256
+
+
+@dataclass
+class PrefixCache:
+    """What the expert and the heads need from one prefix pass."""
+
+    features: torch.Tensor  # [N, 2H] pooled prefix (value head and Flow-Noise std input)
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [N, kv_heads, P, head_dim]
+    mask: torch.Tensor  # [N, P] bool, real prefix tokens
+
+    def repeat_interleave(self, repeats: int) -> PrefixCache:
+        """Each row repeated `repeats` times (several (noise, t) draws per observation)."""
+        if repeats == 1:
+            return self
+        rep = lambda x: x.repeat_interleave(repeats, dim=0)  # noqa: E731
+        return PrefixCache(rep(self.features), [(rep(k), rep(v)) for k, v in self.kv], rep(self.mask))
+
+
+def clean_instruction(text: str) -> str:
+    """openpi's prompt cleaning: strip, underscores and newlines to spaces."""
+    return text.strip().replace("_", " ").replace("\n", " ")
+
+
+def discretize_state(state: torch.Tensor) -> torch.Tensor:
+    """Normalized state [N, S] -> bin ids in [-1, 255] (numpy.digitize over 256 left edges, minus 1)."""
+    edges = torch.linspace(-1.0, 1.0, STATE_BINS + 1, device=state.device)[:-1]
+    return torch.bucketize(state.contiguous(), edges, right=True) - 1
+
+
+def make_prompts(variant: str, instructions: Sequence[str], state: torch.Tensor | None) -> list[str]:
+    """The text the language model reads, per openpi's PaligemmaTokenizer."""
+    cleaned = [clean_instruction(text) for text in instructions]
+    if variant == "pi0" or state is None:
+        return [f"{text}\n" for text in cleaned]
+    bins = discretize_state(state).tolist()
+    return [
+        f"Task: {text}, State: {' '.join(map(str, row))};\nAction: "
+        for text, row in zip(cleaned, bins, strict=True)
+    ]
+
+
+class VLAFlowPrefix(nn.Module):
+    """Cameras (`policy.obs_keys`) + obs["instruction"] (+ the state for pi05) -> PrefixCache."""
+
+    def __init__(self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]]) -> None:
+        super().__init__()
+        self.image_keys = tuple(k for k in cfg.obs_keys if k in IMAGE_KEYS)
+        unsupported = [k for k in cfg.obs_keys if k not in VLA_OBS_KEYS]
+        missing = [k for k in cfg.obs_keys if k not in obs_shapes]
+        if unsupported or missing:
+            raise UserError(
+                f"a VLA policy reads {list(VLA_OBS_KEYS)} (and obs['instruction']) from the env (env keys: "
+                f"{sorted(obs_shapes)}); policy.obs_keys lists {unsupported + missing}: remove them or "
+                "change the env's obs_mode"
+            )
+        self.variant = cfg.flow.vla_variant
+        self.backbone = VLABackbone(
+            cfg.vla.architecture,
+            image_keys=self.image_keys,
+            state_dim=0,  # pi0 feeds the state to the expert, pi05 to the prompt
+            tokenizer=train_tokenizer(cfg.vla.instructions, cfg.vla.tokenizer_vocab_size),
+            max_instruction_tokens=cfg.vla.max_instruction_tokens,
+        )
+
+    @property
+    def rope_theta(self) -> float:
+        return float(self.backbone.language_model.config.rope_parameters["rope_theta"])
+
+    def forward(self, obs: TensorDict, state: torch.Tensor | None) -> PrefixCache:
+        """Run the prefix once; `state` is the normalized (unpadded) state [N, S] or None."""
+        if "instruction" not in obs.keys():
+            raise UserError(
+                "a VLA policy needs obs['instruction'] (N strings); add env.instructions(obs['task_id'])"
+            )
+        for key in self.image_keys:
+            if key not in obs.keys():
+                raise UserError(f"observation lacks camera {key!r}; present: {sorted(obs.keys())}")
+        backbone = self.backbone
+        device = backbone.language_model.embed_tokens.weight.device
+        parts, masks = [], []
+        if self.image_keys:
+            images = torch.cat([obs[key] for key in self.image_keys], dim=0)  # one tower pass for all cameras
+            for patches in backbone.encode_images(images).chunk(len(self.image_keys), dim=0):
+                parts.append(patches)
+                masks.append(torch.ones(patches.shape[:2], dtype=torch.bool, device=device))
+        prompts = make_prompts(self.variant, list(obs["instruction"]), state)
+        ids, ids_mask = tokenize_instructions(
+            backbone.tokenizer, prompts, backbone.max_instruction_tokens, device
+        )
+        parts.append(backbone.embed_tokens(ids))  # Gemma scales token embeddings by sqrt(width), not images
+        masks.append(ids_mask)
+        embeds, mask = torch.cat(parts, dim=1), torch.cat(masks, dim=1)  # [N, P, H], [N, P]
+        n, p = mask.shape
+        out = backbone.language_model(
+            inputs_embeds=embeds,
+            attention_mask=mask[:, None, None, :].expand(n, 1, p, p),  # bidirectional over real tokens
+            position_ids=mask.long().cumsum(1) - 1,
+            use_cache=True,
+        )
+        kv = [(layer.keys, layer.values) for layer in out.cache.layers]
+        return PrefixCache(pool(out.last_hidden_state, mask), kv, mask)

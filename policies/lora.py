@@ -1,0 +1,162 @@
+"""LoRA (via `peft`) or full fine-tuning, chosen per module group of a VLA policy, and merging it back.
+
+Groups by parameter name: `vision` (vision towers + projector), `language` (the VLM's language model),
+`action_head` (everything else the actor owns: LM head, action expert, slots, state projection). The
+critic (`critic.`, `value_encoder.`) always trains. Adapters are injected in place
+(`peft.inject_adapter_in_model`), so the policy keeps its class and its act/evaluate contract.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from embodrl.choices import check_choice, check_positive
+from embodrl.errors import UserError
+from embodrl.policies.checkpoint import WEIGHTS_FILE
+from embodrl.policies.registry import load_policy
+
+MODES = ("lora", "full", "frozen")
+GROUP_PREFIXES = {
+    "vision": ("prefix_encoder.backbone.vision_towers.", "prefix_encoder.backbone.projector."),
+    "language": ("prefix_encoder.backbone.language_model.",),
+}
+CRITIC_PREFIXES = ("critic.", "value_encoder.")
+ADAPTER_CONFIG_FILE = "adapter_config.json"
+ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
+# Linear layers of the transformers ViTs / decoders (and pi0's expert) that receive adapters.
+TARGET_LAYERS = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "out_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "fc1",
+    "fc2",
+)
+
+
+@dataclass
+class LoRAConfig:
+    """Fine-tuning mode per module group ("lora" | "full" | "frozen") and the adapters' shape."""
+
+    vision: str = "frozen"
+    language: str = "lora"
+    action_head: str = "full"
+    rank: int = 32  # OpenVLA's LoRA recipe: r=32, alpha=16 on all linear layers
+    alpha: float = 16.0
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        for group in ("vision", "language", "action_head"):
+            check_choice(f"lora.{group}", getattr(self, group), MODES)
+        check_positive("lora.rank", self.rank)
+        check_positive("lora.alpha", self.alpha)
+
+    @property
+    def uses_lora(self) -> bool:
+        return "lora" in (self.vision, self.language, self.action_head)
+
+
+def group_of(name: str) -> str | None:
+    """The module group of a parameter or module name; None for the critic."""
+    if name.startswith(CRITIC_PREFIXES):
+        return None
+    for group, prefixes in GROUP_PREFIXES.items():
+        if name.startswith(prefixes):
+            return group
+    return "action_head"
+
+
+def _target_regex(policy: nn.Module, cfg: LoRAConfig) -> str:
+    """A regex (peft full-matches module names) selecting the target Linear layers of the LoRA groups."""
+    names = [
+        re.escape(name)
+        for name, module in policy.named_modules()
+        if isinstance(module, nn.Linear)
+        and name.rsplit(".", 1)[-1] in TARGET_LAYERS
+        and getattr(cfg, group_of(name) or "", None) == "lora"
+    ]
+    if not names:
+        raise UserError(
+            "LoRA was asked for but the chosen groups hold no target layers "
+            f"({', '.join(TARGET_LAYERS)}); use mode 'full' for them instead"
+        )
+    return "^(" + "|".join(names) + ")$"
+
+
+def apply_lora(policy: nn.Module, cfg: LoRAConfig) -> nn.Module:
+    """Inject LoRA adapters into the "lora" groups and set requires_grad per group, in place."""
+    if cfg.uses_lora:
+        from peft import LoraConfig, inject_adapter_in_model
+
+        peft_cfg = LoraConfig(
+            r=cfg.rank,
+            lora_alpha=cfg.alpha,
+            lora_dropout=cfg.dropout,
+            target_modules=_target_regex(policy, cfg),
+        )
+        inject_adapter_in_model(peft_cfg, policy)
+    for name, param in policy.named_parameters():
+        group = group_of(name)
+        mode = "full" if group is None else getattr(cfg, group)
+        param.requires_grad_(mode == "full" or (mode == "lora" and "lora_" in name))
+    return policy
+
+
+def adapter_state_dict(policy: nn.Module) -> dict:
+    """Only the LoRA adapter tensors (what a LoRA run needs to save besides the base checkpoint)."""
+    return {k: v for k, v in policy.state_dict().items() if "lora_" in k}
+
+
+def merge_lora(policy: nn.Module) -> nn.Module:
+    """Fold every adapter into its base weight (W + B A * alpha / r) and remove the peft wrappers, in place:
+    the state dict gets its original names back, so the policy saves and loads like one never adapted."""
+    from peft.tuners.lora import LoraLayer
+
+    wrapped = [(name, module) for name, module in policy.named_modules() if isinstance(module, LoraLayer)]
+    for name, module in wrapped:
+        module.merge()
+        parent_name, _, child = name.rpartition(".")
+        setattr(policy.get_submodule(parent_name), child, module.get_base_layer())
+    return policy
+
+
+def save_lora_checkpoint(policy: nn.Module, cfg: LoRAConfig, directory: str | Path) -> None:
+    """A policy checkpoint whose model.safetensors holds the base weights (loadable as the base policy),
+    plus adapter_config.json and adapter_model.safetensors (merged by `embodrl convert merge-lora`)."""
+    directory = Path(directory)
+    policy.save_pretrained(directory)
+    state = load_file(str(directory / WEIGHTS_FILE))
+    base = {k.replace(".base_layer.", "."): v for k, v in state.items() if "lora_" not in k}
+    save_file(base, str(directory / WEIGHTS_FILE))
+    save_file({k: v for k, v in state.items() if "lora_" in k}, str(directory / ADAPTER_WEIGHTS_FILE))
+    (directory / ADAPTER_CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+
+
+def load_lora_checkpoint(directory: str | Path, device: str = "cpu") -> tuple[nn.Module, LoRAConfig]:
+    """Inverse of `save_lora_checkpoint`: the policy with its adapters injected (not merged)."""
+    directory = Path(directory)
+    if not (directory / ADAPTER_CONFIG_FILE).is_file():
+        raise UserError(f"{directory} has no {ADAPTER_CONFIG_FILE}: it is not a LoRA checkpoint")
+    cfg = LoRAConfig(**json.loads((directory / ADAPTER_CONFIG_FILE).read_text()))
+    policy = apply_lora(load_policy(directory, device=device), cfg)
+    adapters = load_file(str(directory / ADAPTER_WEIGHTS_FILE), device=str(device))
+    missing = sorted(set(adapter_state_dict(policy)) - set(adapters))
+    unexpected = sorted(set(adapters) - set(adapter_state_dict(policy)))
+    if missing or unexpected:
+        raise UserError(
+            f"{ADAPTER_WEIGHTS_FILE} does not match {ADAPTER_CONFIG_FILE}: missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]} (were the adapters saved from another policy?)"
+        )
+    policy.load_state_dict(adapters, strict=False)
+    return policy, cfg

@@ -1,0 +1,71 @@
+import pytest
+import torch
+
+from embodrl.config import make_run_dir
+from embodrl.data.rollout_buffer import RolloutBuffer
+from embodrl.engine.env_client import EnvWorkerError, StagedEnv
+from embodrl.engine.schedules import make_schedule
+from embodrl.sims import registry
+from embodrl.train.logger import read_metrics
+from embodrl.train.rl_runner import OnPolicyRunner
+from tests.engine import flaky_env
+from tests.engine.helpers import make_policy, pendulum
+
+
+def _train(tmp_path, *overrides):
+    cfg = pendulum(f"run_root={tmp_path}", "train.iterations=2", "train.save_every=2", *overrides)
+    runner = OnPolicyRunner(cfg, make_run_dir(cfg))
+    runner.learn()
+    return read_metrics(runner.run_dir)
+
+
+def test_a_failing_env_worker_is_restarted_and_the_iteration_retried(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(registry.SUITES, "flaky", "tests.engine.flaky_env:make_flaky")
+    monkeypatch.setattr(flaky_env.FlakyVecEnv, "fail_at", 50)  # 2 stages x 20 steps: 2nd rollout
+    monkeypatch.setattr(flaky_env.FlakyVecEnv, "steps", 0)
+    stages = ("engine.schedule=pipelined", "engine.num_stages=2")
+    clean = _train(tmp_path / "clean", *stages)
+    flaky = _train(tmp_path / "flaky", *stages, "env.suite=flaky")
+    assert flaky_env.FlakyVecEnv.fail_at == -1, "the fault was never injected"
+    assert "simulated physics blow-up" in caplog.text
+    assert [r["engine/env_restarts"] for r in flaky] == [0.0, 1.0]
+    for a, b in zip(clean, flaky, strict=True):  # the retry replays the same states and samples
+        for key in ("train/policy_loss", "rollout/return", "rollout/env_steps"):
+            assert a[key] == b[key], key
+
+
+def test_multiprocess_transport_gives_the_inproc_rollout_and_survives_a_killed_worker():
+    rollouts = {}
+    for transport in ("inproc", "multiprocess"):
+        cfg = pendulum("engine.schedule=pipelined", "engine.num_stages=2", f"engine.transport={transport}")
+        env = StagedEnv(cfg.env, cfg.engine)
+        try:
+            policy = make_policy(cfg, env, deterministic=True)
+            schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(12, 4), "cpu")
+            schedule.push_weights(policy, 0)
+            rollouts[transport] = schedule.collect(lambda: torch.arange(4)).buffer.data.clone()
+            if transport == "multiprocess":
+                env.worker.process.kill()  # only the worker this test started
+                with pytest.raises(EnvWorkerError, match="exited"):
+                    schedule.collect(lambda: torch.arange(4))
+                assert env.worker.alive(), "a fresh worker replaces the dead one"
+                env.worker.join(timeout=0)  # kill it: waiting for its start would only cost time
+        finally:
+            env.close()
+    a, b = rollouts["inproc"], rollouts["multiprocess"]
+    assert torch.equal(a["obs", "state"], b["obs", "state"]) and torch.equal(a["reward"], b["reward"])
+
+
+def test_a_stalled_env_worker_is_reported_with_its_stage_and_replaced(monkeypatch):
+    monkeypatch.setitem(registry.SUITES, "stalling", "tests.engine.flaky_env:make_stalling")
+    monkeypatch.setattr(flaky_env.StallingVecEnv, "steps", 0)
+    cfg = pendulum("env.suite=stalling", "engine.num_stages=2", "engine.env_timeout_s=0.5")
+    env = StagedEnv(cfg.env, cfg.engine)
+    try:
+        env.reset_to(torch.arange(4))
+        with pytest.raises(EnvWorkerError, match="stage 1: stalled"):  # stage 1 hangs
+            env.step(torch.zeros(4, 1, 1))
+        env.reset_to(torch.arange(4))  # the fresh worker answers
+        assert env.step(torch.zeros(4, 1, 1)).reward.shape == (4, 1)
+    finally:
+        env.close()

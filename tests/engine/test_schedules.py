@@ -1,0 +1,81 @@
+import pytest
+import torch
+
+from embodrl.data.rollout_buffer import RolloutBuffer
+from embodrl.engine.env_client import StagedEnv
+from embodrl.engine.schedules import make_schedule
+from embodrl.sims.registry import make_env
+from tests.engine.helpers import make_policy, pendulum
+
+STEPS = 30  # longer than an episode (20), so auto-resets and truncation bootstraps happen inside
+
+
+def _rollout(*overrides: str, deterministic: bool = True):
+    cfg = pendulum(*overrides)
+    env = StagedEnv(cfg.env, cfg.engine)
+    try:
+        policy = make_policy(cfg, env, deterministic)
+        schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(STEPS, env.num_envs), "cpu")
+        schedule.push_weights(policy, 0)
+        rollout = schedule.collect(lambda: torch.arange(env.num_envs) + 100)
+    finally:
+        env.close()
+    return rollout
+
+
+def test_staged_env_matches_the_plain_env_step_for_step():
+    cfg = pendulum("engine.num_stages=2")
+    staged, plain = StagedEnv(cfg.env, cfg.engine), make_env(cfg.env)
+    try:
+        ids = torch.tensor([7, 3, 9, 1])
+        assert torch.equal(staged.reset_to(ids)["state"], plain.reset_to(ids)["state"])
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(25):
+            actions = torch.rand(4, 1, 1, generator=gen) * 2 - 1
+            a, b = staged.step(actions), plain.step(actions)
+            for key in ("reward", "terminated", "truncated", "steps_executed"):
+                assert torch.equal(getattr(a, key), getattr(b, key)), key
+            assert torch.equal(a.obs["state"], b.obs["state"])
+            assert torch.equal(a.final_obs["state"], b.final_obs["state"])
+        # resetting envs of one stage leaves the other stage's observations alone
+        obs = staged.reset_to(torch.tensor([5]), torch.tensor([3]))
+        assert torch.equal(obs["state"][:3], a.obs["state"][:3])
+        assert torch.equal(obs["state"][3], plain.reset_to(torch.tensor([5]), torch.tensor([3]))["state"][3])
+    finally:
+        staged.close()
+        plain.close()
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+def test_pipelined_gives_the_sequential_trajectories(stages):
+    sequential = _rollout().buffer.data
+    pipelined = _rollout("engine.schedule=pipelined", f"engine.num_stages={stages}").buffer.data
+    assert bool((sequential["truncated"] | sequential["terminated"]).any()), "no episode ended in the rollout"
+    for key in ("reward", "terminated", "truncated", "steps_executed", "version"):
+        assert torch.equal(sequential[key], pipelined[key]), key
+    for key in (("obs", "state"), "actions", "value", "bootstrap_value", "logprob"):
+        torch.testing.assert_close(sequential[key], pipelined[key], rtol=1e-6, atol=1e-6)
+
+
+def test_rollout_reports_stage_timings_and_episodes():
+    rollout = _rollout("engine.schedule=pipelined", "engine.num_stages=2", deterministic=False)
+    assert {"inference", "env_step", "env_wait"} <= set(rollout.timings)
+    assert all(v >= 0 for v in rollout.timings.values())
+    assert rollout.episodes["episodes"] >= 1
+    assert rollout.buffer.full and torch.equal(rollout.buffer.data["version"], torch.zeros(STEPS, 4).long())
+
+
+def test_num_envs_must_split_into_the_stages():
+    from embodrl.errors import UserError
+
+    cfg = pendulum("engine.schedule=pipelined", "engine.num_stages=3")
+    with pytest.raises(UserError, match="multiple of engine.num_stages=3"):
+        StagedEnv(cfg.env, cfg.engine)
+
+
+def test_a_bad_env_config_is_the_users_error_not_a_worker_crash():
+    from embodrl.errors import UserError
+
+    cfg = pendulum("env.gym_id=NoSuchEnv-v0")
+    with pytest.raises(UserError):
+        StagedEnv(cfg.env, cfg.engine)

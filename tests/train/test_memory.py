@@ -1,0 +1,37 @@
+"""Memory estimate: 7B arithmetic, LoRA shrinking optimizer state, checkpointing shrinking activations."""
+
+import torch
+
+from embodrl.policies.lora import LoRAConfig, apply_lora
+from embodrl.policies.vla.configuration import PRESETS
+from embodrl.policies.vla.modeling import VLABackbone
+from embodrl.train.memory import GIB, TransformerStack, estimate_memory, estimate_policy_memory
+from tests.policies.vla_testing import build
+
+
+def test_openvla_7b_full_fine_tuning_in_fp32():
+    arch = PRESETS["openvla-7b"]
+    with torch.device("meta"):
+        backbone = VLABackbone(arch, ("rgb",), state_dim=0)
+    params = sum(p.numel() for p in backbone.parameters()) + 4096 * 32064  # + LM head
+    lm = arch.language
+    stack = TransformerStack(256 + 64 + 7, lm.hidden_size, lm.intermediate_size, lm.num_layers)
+    estimate = estimate_memory(params, params, [stack], micro_batch=8)
+    assert 27.5 * 1e9 < estimate.param_bytes < 31 * 1e9  # 7.5B x 4 bytes ~ 28-30 GB
+    assert estimate.optimizer_bytes == 2 * estimate.param_bytes  # Adam's two fp32 moments
+    assert estimate.grad_bytes == estimate.param_bytes
+    checkpointed = estimate_memory(params, params, [stack], micro_batch=8, gradient_checkpointing=True)
+    assert checkpointed.activation_bytes < estimate.activation_bytes / 5
+    assert 0.5 < estimate.activation_bytes / GIB < 20  # a few GiB for 8 x 327 tokens in bf16
+    assert "total" in estimate.report() and "GiB" in estimate.report()
+
+
+def test_lora_keeps_params_but_shrinks_gradients_and_optimizer_state():
+    policy = build("autoregressive")
+    full = estimate_policy_memory(policy, micro_batch=4)
+    apply_lora(policy, LoRAConfig(vision="frozen", language="lora", action_head="frozen", rank=2))
+    lora = estimate_policy_memory(policy, micro_batch=4)
+    assert lora.parameters > full.parameters  # adapters add a little
+    assert lora.trainable < full.trainable / 3 and lora.optimizer_bytes < full.optimizer_bytes / 3
+    assert lora.activation_bytes == full.activation_bytes > 0
+    assert estimate_policy_memory(policy, micro_batch=8).activation_bytes == 2 * lora.activation_bytes
