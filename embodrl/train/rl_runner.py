@@ -35,6 +35,10 @@ def build_policy(cfg: ExperimentConfig, env: VecEnv):
         pcfg = cfg.policy
         if "task_id" in (*pcfg.obs_keys, *pcfg.value_obs_keys) and pcfg.num_tasks == 0:
             pcfg = dataclasses.replace(pcfg, num_tasks=len(env.instruction_table))
+        if not pcfg.vla.instructions:  # VLA policies read instructions by task_id through this table
+            pcfg = dataclasses.replace(
+                pcfg, vla=dataclasses.replace(pcfg.vla, instructions=tuple(env.instruction_table))
+            )
         policy = make_policy(pcfg, env.observation_spec, device=cfg.device)
     if policy.cfg.action_dim != env.action_spec.dim:
         raise UserError(

@@ -20,7 +20,7 @@ from embodrl.errors import UserError
 from embodrl.policies.config import IMAGE_KEYS, PolicyConfig
 from embodrl.policies.vla.modeling import VLABackbone, pool
 from embodrl.policies.vla.prefix import VLA_OBS_KEYS
-from embodrl.policies.vla.tokenizer import tokenize_instructions, train_tokenizer
+from embodrl.policies.vla.tokenizer import read_instructions, tokenize_instructions, train_tokenizer
 
 STATE_BINS = 256
 
@@ -85,6 +85,7 @@ class VLAFlowPrefix(nn.Module):
             state_dim=0,  # pi0 feeds the state to the expert, pi05 to the prompt
             tokenizer=train_tokenizer(cfg.vla.instructions, cfg.vla.tokenizer_vocab_size),
             max_instruction_tokens=cfg.vla.max_instruction_tokens,
+            instruction_table=cfg.vla.instructions,
         )
 
     @property
@@ -93,10 +94,6 @@ class VLAFlowPrefix(nn.Module):
 
     def forward(self, obs: TensorDict, state: torch.Tensor | None) -> PrefixCache:
         """Run the prefix once; `state` is the normalized (unpadded) state [N, S] or None."""
-        if "instruction" not in obs.keys():
-            raise UserError(
-                "a VLA policy needs obs['instruction'] (N strings); add env.instructions(obs['task_id'])"
-            )
         for key in self.image_keys:
             if key not in obs.keys():
                 raise UserError(f"observation lacks camera {key!r}; present: {sorted(obs.keys())}")
@@ -108,7 +105,7 @@ class VLAFlowPrefix(nn.Module):
             for patches in backbone.encode_images(images).chunk(len(self.image_keys), dim=0):
                 parts.append(patches)
                 masks.append(torch.ones(patches.shape[:2], dtype=torch.bool, device=device))
-        prompts = make_prompts(self.variant, list(obs["instruction"]), state)
+        prompts = make_prompts(self.variant, read_instructions(obs, backbone.instruction_table), state)
         ids, ids_mask = tokenize_instructions(
             backbone.tokenizer, prompts, backbone.max_instruction_tokens, device
         )

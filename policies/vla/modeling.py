@@ -26,7 +26,7 @@ from embodrl.policies.vla.configuration import (
     VLAArchitecture,
     VLAConfig,
 )
-from embodrl.policies.vla.tokenizer import tokenize_instructions, tokenize_openvla_prompts
+from embodrl.policies.vla.tokenizer import read_instructions, tokenize_instructions, tokenize_openvla_prompts
 
 
 def build_vision_tower(cfg: VisionTowerConfig) -> PreTrainedModel:
@@ -115,9 +115,11 @@ class VLABackbone(nn.Module):
         tokenizer: PreTrainedTokenizerFast | None = None,
         max_instruction_tokens: int = VLAConfig.max_instruction_tokens,
         prompt_format: str = VLAConfig.prompt_format,
+        instruction_table: Sequence[str] = (),
     ) -> None:
         super().__init__()
         self.architecture, self.image_keys, self.tokenizer = architecture, tuple(image_keys), tokenizer
+        self.instruction_table = tuple(instruction_table)
         self.max_instruction_tokens, self.prompt_format = max_instruction_tokens, prompt_format
         self.vision_towers = nn.ModuleList(build_vision_tower(t) for t in architecture.vision_towers)
         hidden = architecture.language.hidden_size
@@ -166,11 +168,7 @@ class VLABackbone(nn.Module):
         if self.image_keys:
             batch = torch.cat([obs[key] for key in self.image_keys], dim=0)  # one tower pass for all cameras
             images = list(self.encode_images(batch).chunk(len(self.image_keys), dim=0))
-        if "instruction" not in obs.keys():
-            raise UserError(
-                "a VLA policy needs obs['instruction'] (N strings); add env.instructions(obs['task_id'])"
-            )
-        instructions = list(obs["instruction"])
+        instructions = read_instructions(obs, self.instruction_table)
         states = [] if self.state_projection is None else [self.state_projection(state).unsqueeze(1)]
         if self.prompt_format == "openvla":
             bos, ids, ids_mask = tokenize_openvla_prompts(

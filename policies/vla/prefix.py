@@ -41,6 +41,7 @@ class VLAPrefixEncoder(nn.Module):
             tokenizer=train_tokenizer(cfg.vla.instructions, cfg.vla.tokenizer_vocab_size),
             max_instruction_tokens=cfg.vla.max_instruction_tokens,
             prompt_format=cfg.vla.prompt_format,
+            instruction_table=cfg.vla.instructions,
         )
 
     @property

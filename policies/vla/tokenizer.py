@@ -83,3 +83,22 @@ def tokenize_openvla_prompts(
         mask[row, length - len(tokens) :] = True
     bos = torch.full((len(instructions), 1), tokenizer.bos_token_id, dtype=torch.long)
     return bos.to(device), ids.to(device), mask.to(device)
+
+
+def read_instructions(obs, instruction_table: Sequence[str]) -> list[str]:
+    """The N instruction strings of an observation: obs["instruction"] when present (deploy, datasets),
+    else obs["task_id"] looked up in the env's instruction table saved with the policy (rollouts),
+    so rollout buffers stay all-tensor."""
+    if "instruction" in obs.keys():
+        return list(obs["instruction"])
+    if "task_id" in obs.keys() and instruction_table:
+        ids = obs["task_id"].tolist()
+        if max(ids, default=0) >= len(instruction_table) or min(ids, default=0) < 0:
+            raise UserError(
+                f"task ids {sorted(set(ids))} are outside the policy's {len(instruction_table)} instructions "
+                "(policy.vla.instructions): the policy was trained on another env's instruction table"
+            )
+        return [instruction_table[i] for i in ids]
+    raise UserError(
+        "a VLA policy needs obs['instruction'] (N strings), or obs['task_id'] with policy.vla.instructions"
+    )

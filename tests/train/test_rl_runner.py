@@ -89,3 +89,26 @@ def test_ppo_gaussian_learns_to_balance(tmp_path):
     runner.learn()
     returns = [r["rollout/return"] for r in read_metrics(runner.run_dir) if "rollout/return" in r]
     assert sum(returns[-3:]) / 3 > 5 * sum(returns[:3]) / 3, returns
+
+
+def test_vla_policy_trains_on_task_ids_through_its_instruction_table(tmp_path):
+    """Rollout buffers stay all-tensor: the VLA reads its prompt by task_id from the env's table."""
+    cfg = compose(
+        "openvla_oft_grpo_nano",
+        [
+            f"run_root={tmp_path}",
+            "env.num_envs=4",
+            "env.max_episode_steps=8",
+            "algo.group_size=2",
+            "algo.grpo_success_range=null",
+            "train.iterations=1",
+            "train.eval_every=0",
+            "train.eval_episodes=2",
+            "train.tensorboard=false",
+        ],
+    )
+    runner = OnPolicyRunner(cfg, make_run_dir(cfg))
+    assert runner.policy.cfg.vla.instructions == tuple(runner.env.instruction_table)
+    runner.learn()
+    (row,) = read_metrics(runner.run_dir)
+    assert row["train/ratio0_maxdev"] < 1e-4
