@@ -112,3 +112,13 @@ def test_vla_policy_trains_on_task_ids_through_its_instruction_table(tmp_path):
     runner.learn()
     (row,) = read_metrics(runner.run_dir)
     assert row["train/ratio0_maxdev"] < 1e-4
+
+
+@pytest.mark.slow
+def test_state_mlp_ppo_solves_reach(tmp_path):
+    cfg = compose(
+        "reach_ppo",
+        [f"run_root={tmp_path}", "train.iterations=40", "train.eval_every=0", "train.tensorboard=false"],
+    )
+    final = OnPolicyRunner(cfg, make_run_dir(cfg)).learn()
+    assert final["eval/success"] >= 0.9, final
