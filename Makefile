@@ -61,8 +61,17 @@ test: $(VENV)/.test system-deps maniskill-cpu
 lint: $(VENV)/.test
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-bench: $(VENV)/.core system-deps
-	$(BIN)/python benchmarks/sim_throughput.py
+$(VENV)/.bench: $(VENV)/.test
+	$(BIN)/pip install --quiet -e ".[test,deploy,maniskill,bench]" "$(TORCH_SPEC)"
+	@touch $@
+
+# Measurements, not tests: each prints side-by-side ratios (docs/results.md says how to read them).
+bench: $(VENV)/.bench system-deps maniskill-cpu
+	if [ -f $(VULKAN_ENV) ]; then . ./$(VULKAN_ENV); fi; \
+	$(BIN)/python benchmarks/sim_throughput.py --maniskill && \
+	$(BIN)/python benchmarks/pipeline_speedup.py && \
+	$(BIN)/python benchmarks/serve_latency.py && \
+	$(BIN)/python benchmarks/ppo_vs_peers.py
 
 clean-venv:
 	rm -rf $(VENV)
