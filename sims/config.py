@@ -7,7 +7,7 @@ from embodrl.choices import check_choice, check_positive
 OBS_MODES = ("state", "rgb")
 IMAGE_SIZES = (64, 128, 224)
 REWARD_TYPES = ("sparse", "dense")
-CONTROL_MODES = ("ee_delta", "joint_pos")
+CONTROL_MODES = ("ee_delta", "ee_delta_yaw", "joint_pos")
 
 
 @dataclass
@@ -24,7 +24,9 @@ class EnvConfig:
     wrist_camera: bool = False
     reward: str = "sparse"  # sparse: 1 on success; dense: shaped progress reward + success bonus
     terminate_on_success: bool = True
-    control_mode: str = "ee_delta"  # ee_delta: 7-D [dxyz, drpy, gripper]; joint_pos: absolute joint targets
+    # ee_delta: 7-D [dxyz, drpy, gripper]; ee_delta_yaw: 5-D [dxyz, dyaw, gripper] with roll and pitch held
+    # (top-down grasping: no action dimension the tasks never use); joint_pos: absolute joint targets
+    control_mode: str = "ee_delta"
     render_shadows: bool = False  # shadows cost ~10x render time on CPU; turn on for videos
     num_threads: int = 0  # physics threads (LIBERO: worker processes); 0 = one per core
     gym_id: str = ""  # suite "gym": any gymnasium env id

@@ -10,7 +10,9 @@ class TrainConfig:
     """How long to train, how often to evaluate and checkpoint, where to log."""
 
     iterations: int = 200
-    # Decisions per env per iteration; 0 = enough for one full episode (ceil(max_episode_steps / chunk)).
+    # Decisions per env per iteration. 0: enough for one full episode (ceil(max_episode_steps / chunk)),
+    # every iteration starting from fresh initial states (exact resume). > 0: fixed windows that carry
+    # episodes across iterations, as standard PPO does (GRPO always starts from fresh group states).
     rollout_steps: int = 0
     eval_every: int = 10  # iterations; 0 turns periodic evaluation off (a final one always runs)
     eval_episodes: int = 50

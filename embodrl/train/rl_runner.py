@@ -68,7 +68,12 @@ class OnPolicyRunner:
         chunk = self.policy.cfg.chunk_size
         steps = cfg.train.rollout_steps or math.ceil(cfg.env.max_episode_steps / chunk)
         self.buffer = RolloutBuffer(steps, self.env.num_envs, device=cfg.device)
-        self.schedule = make_schedule(cfg.engine, self.env, self.policy, self.buffer, cfg.device)
+        # Fixed-length windows (train.rollout_steps > 0) carry episodes across iterations, as standard
+        # PPO does; episode-sized rollouts and GRPO groups start every iteration from fresh states.
+        continue_episodes = cfg.train.rollout_steps > 0 and cfg.algo.name != "grpo"
+        self.schedule = make_schedule(
+            cfg.engine, self.env, self.policy, self.buffer, cfg.device, continue_episodes
+        )
         self.generators = {
             "minibatch": torch.Generator().manual_seed(cfg.seed),
             "init_states": torch.Generator().manual_seed(cfg.seed + 1),

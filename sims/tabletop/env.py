@@ -45,12 +45,17 @@ def _slot(kind: str, color: int) -> int:
     return KINDS.index(kind) * len(COLOR_NAMES) + color
 
 
+EE_DELTA_NAMES = ("dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper")
+YAW_MODE_DIMS = [0, 1, 2, 5, 6]  # the ee_delta dimensions that control_mode=ee_delta_yaw keeps
+
+
 class TabletopEnv(VecEnv):
     """Batched tabletop manipulation with language instructions (suites tabletop-basic, tabletop-lang).
 
     Actions [N, C, 7] in [-1, 1] (values outside are clipped): end-effector delta xyz (2 cm per step
     at 1), delta roll/pitch/yaw (0.1 rad), gripper (-1 open, +1 closed); with control_mode=joint_pos,
-    [N, C, 8]: arm joint targets scaled to the joint ranges, then the gripper.
+    [N, C, 8]: arm joint targets scaled to the joint ranges, then the gripper; with
+    control_mode=ee_delta_yaw, [N, C, 5]: delta xyz, delta yaw, gripper (roll and pitch held).
     Rewards per executed action: sparse gives 1 where the task is done; dense gives the change in
     task progress plus 1 where done (rewards.py). Observation `state` [N, 17]: ee position, ee
     rotation (first two columns), finger gap / max, arm joints; `privileged` [N, 22]: instructed
@@ -102,7 +107,9 @@ class TabletopEnv(VecEnv):
     def action_spec(self) -> ActionSpec:
         if self.cfg.control_mode == "joint_pos":
             return ActionSpec(8, names=tuple(f"joint{i}" for i in range(1, 8)) + ("gripper",))
-        return ActionSpec(7, names=("dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper"))
+        if self.cfg.control_mode == "ee_delta_yaw":
+            return ActionSpec(5, names=tuple(EE_DELTA_NAMES[i] for i in YAW_MODE_DIMS))
+        return ActionSpec(7, names=EE_DELTA_NAMES)
 
     @property
     def observation_spec(self) -> dict[str, TensorSpec]:
@@ -282,6 +289,10 @@ class TabletopEnv(VecEnv):
             low, high = ARM_JOINT_RANGES.T
             p.ctrl[:, :7] = low + (action[:, :7] + 1.0) * 0.5 * (high - low)
         else:
+            if self.cfg.control_mode == "ee_delta_yaw":  # roll and pitch deltas held at zero
+                full = np.zeros((action.shape[0], len(EE_DELTA_NAMES)), dtype=action.dtype)
+                full[:, YAW_MODE_DIMS] = action
+                action = full
             ee_pos, ee_rot = self._ee_pose()
             jac = hinge_jacobian(p.xanchor[:, idx.arm_joint], p.xaxis[:, idx.arm_joint], ee_pos)
             p.ctrl[:, :7] = self._controller.joint_targets(action, q, ee_pos, ee_rot, jac)
@@ -341,13 +352,17 @@ class TabletopEnv(VecEnv):
 
     # ---- experts and video -------------------------------------------------------------------------
     def expert_actions(self) -> torch.Tensor:
-        """The scripted expert's next action [N, 7] for each env (ee_delta control)."""
-        if self.cfg.control_mode != "ee_delta":
+        """The scripted expert's next action [N, A] for each env (ee_delta: 7-D, ee_delta_yaw: 5-D)."""
+        if self.cfg.control_mode == "joint_pos":
             raise UserError(
-                "the tabletop scripted expert acts in control_mode=ee_delta; set env.control_mode=ee_delta"
+                "the tabletop scripted expert acts in end-effector space; set env.control_mode=ee_delta "
+                "or ee_delta_yaw"
             )
         c = self._controller
-        return torch.from_numpy(self._expert.act(self._frame(), c.target_pos, c.target_rot))
+        action = self._expert.act(self._frame(), c.target_pos, c.target_rot)  # [N, 7], roll/pitch zero
+        if self.cfg.control_mode == "ee_delta_yaw":
+            action = action[:, YAW_MODE_DIMS]
+        return torch.from_numpy(np.ascontiguousarray(action))
 
     def render(self, env_ids: torch.Tensor | None = None) -> torch.Tensor:
         ids = np.arange(self.num_envs) if env_ids is None else torch.as_tensor(env_ids).flatten().numpy()

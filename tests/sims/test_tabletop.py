@@ -171,3 +171,25 @@ def test_dense_reward_is_progress_difference_plus_success_bonus():
     assert succeeded.all()
     # progress telescopes: the sum is progress(end) - progress(start) + 1, and progress(end) ~ 1 at a lift
     assert ((total - 1 + torch.from_numpy(start).float()) > 0.8).all() and (total < 2).all()
+
+
+def test_ee_delta_yaw_mode_holds_roll_and_pitch_and_the_expert_still_succeeds():
+    from embodrl.sims.tabletop.env import YAW_MODE_DIMS
+
+    full = make_env(EnvConfig(task="pick", num_envs=4, num_threads=1))
+    yaw = make_env(EnvConfig(task="pick", num_envs=4, num_threads=1, control_mode="ee_delta_yaw"))
+    assert yaw.action_spec.dim == 5 and yaw.action_spec.names == ("dx", "dy", "dz", "dyaw", "gripper")
+    ids = torch.arange(4)
+    full.reset_to(ids)
+    yaw.reset_to(ids)
+    expert = full.expert_actions()
+    assert torch.equal(yaw.expert_actions(), expert[:, YAW_MODE_DIMS])
+    # The expert barely rolls or pitches (it corrects drift of ~1e-6), so the 5-D mode loses nothing.
+    assert expert[:, 3:5].abs().max() < 1e-3
+    a = full.step(expert[:, None])
+    b = yaw.step(expert[:, None, YAW_MODE_DIMS])
+    assert torch.allclose(a.obs["state"], b.obs["state"], atol=1e-4)
+    successes = torch.zeros(4, dtype=torch.bool)
+    for _ in range(80):
+        successes |= yaw.step(yaw.expert_actions()[:, None]).success
+    assert successes.all()

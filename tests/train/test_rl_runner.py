@@ -122,3 +122,15 @@ def test_state_mlp_ppo_solves_reach(tmp_path):
     )
     final = OnPolicyRunner(cfg, make_run_dir(cfg)).learn()
     assert final["eval/success"] >= 0.9, final
+
+
+@pytest.mark.parametrize("rollout_steps", [0, 5])
+def test_fixed_windows_carry_episodes_over_and_episode_rollouts_reset(tmp_path, rollout_steps):
+    runner = _runner(tmp_path, f"train.rollout_steps={rollout_steps}", "env.max_episode_steps=1000")
+    schedule = runner.schedule
+    schedule.collect(runner._initial_states)
+    after_first = schedule._next_obs["state"].clone()
+    second = schedule.collect(runner._initial_states)
+    continued = torch.equal(second.buffer.data["obs"]["state"][0], after_first)
+    assert continued == (rollout_steps > 0)
+    runner.schedule.close()

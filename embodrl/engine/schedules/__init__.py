@@ -17,15 +17,24 @@ __all__ = ["InitialStates", "Rollout", "Schedule", "make_schedule"]
 
 
 def make_schedule(
-    cfg: EngineConfig, env: StagedEnv, policy: nn.Module, buffer: RolloutBuffer, device: str
+    cfg: EngineConfig,
+    env: StagedEnv,
+    policy: nn.Module,
+    buffer: RolloutBuffer,
+    device: str,
+    continue_episodes: bool = False,
 ) -> Schedule:
-    """The schedule named by `cfg.schedule`, with a rollout worker placed as `cfg.placement` says."""
+    """The schedule named by `cfg.schedule`, with a rollout worker placed as `cfg.placement` says.
+
+    continue_episodes: rollouts carry episodes over instead of resetting every env (Schedule)."""
     copy = cfg.schedule == "async" or cfg.placement == "disaggregated"
     rollout = RolloutWorker(policy, env.timer, copy_to=(cfg.rollout_device or device) if copy else None)
     if cfg.schedule == "sequential":
-        return SequentialSchedule(env, rollout, buffer)
+        return SequentialSchedule(env, rollout, buffer, continue_episodes)
     if cfg.schedule == "pipelined":
-        return PipelinedSchedule(env, rollout, buffer)
+        return PipelinedSchedule(env, rollout, buffer, continue_episodes)
     # async: the producer thread runs the pipelined loop when there are stages to overlap
-    inner = (PipelinedSchedule if cfg.num_stages > 1 else SequentialSchedule)(env, rollout, buffer)
+    inner = (PipelinedSchedule if cfg.num_stages > 1 else SequentialSchedule)(
+        env, rollout, buffer, continue_episodes
+    )
     return AsyncSchedule(inner, cfg.max_staleness)

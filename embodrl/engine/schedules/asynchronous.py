@@ -21,7 +21,7 @@ class AsyncSchedule(Schedule):
     """Runs a synchronous schedule (sequential or pipelined) on a producer thread, ahead of the actor."""
 
     def __init__(self, inner: SyncSchedule, max_staleness: int) -> None:
-        super().__init__(inner.env, inner.rollout, inner.buffer)
+        super().__init__(inner.env, inner.rollout, inner.buffer, inner.continue_episodes)
         if inner.rollout.shared:
             raise ValueError("the async schedule needs a rollout worker with its own copy of the policy")
         self.inner, self.max_staleness = inner, max_staleness

@@ -62,13 +62,21 @@ def bootstrap_value(rollout: RolloutWorker, out: ActOut, res: StepResult) -> tor
 class Schedule(ABC):
     """Fills a RolloutBuffer with T decisions of every env of a StagedEnv, through a RolloutWorker."""
 
-    def __init__(self, env: StagedEnv, rollout: RolloutWorker, buffer: RolloutBuffer) -> None:
+    def __init__(
+        self, env: StagedEnv, rollout: RolloutWorker, buffer: RolloutBuffer, continue_episodes: bool = False
+    ) -> None:
         self.env, self.rollout, self.buffer = env, rollout, buffer
         self.tracker = EpisodeTracker.zeros(env.num_envs)
+        # False: every rollout resets all envs to fresh initial states (GRPO groups, episode-sized
+        # rollouts, exact resume). True: a rollout continues the episodes the previous one cut off
+        # (standard PPO over fixed-length windows); only the first rollout, or one after a failed
+        # env worker, resets.
+        self.continue_episodes = continue_episodes
+        self._next_obs: TensorDict | None = None
 
     @abstractmethod
     def collect(self, initial_states: InitialStates) -> Rollout:
-        """Reset the envs to `initial_states()` and return a full rollout."""
+        """Reset the envs to `initial_states()` (unless continuing episodes) and return a full rollout."""
 
     def push_weights(self, policy: nn.Module, version: int) -> None:
         """The actor's weights after update `version`; the rollout worker uses them from its next decision."""
@@ -85,8 +93,10 @@ class SyncSchedule(Schedule):
         self.env.timer.pop()  # drop what was timed between rollouts (evaluation, resets)
         start = time.perf_counter()
         self.rollout.sync()
-        obs = self.env.reset_to(initial_states())
-        self.tracker = EpisodeTracker.zeros(self.env.num_envs)  # also forgets a failed attempt's episodes
+        obs, self._next_obs = self._next_obs, None  # cleared first: a failed attempt resets on retry
+        if obs is None or not self.continue_episodes:
+            obs = self.env.reset_to(initial_states())
+            self.tracker = EpisodeTracker.zeros(self.env.num_envs)  # also forgets a failed attempt's episodes
         self.buffer.clear()
         self.versions: list[int] = []  # weight version of each decision
         policy = self.rollout.policy
@@ -97,6 +107,7 @@ class SyncSchedule(Schedule):
             self.buffer.set_last_value(self.rollout.value(obs))
         finally:
             policy.train(training)
+        self._next_obs = obs
         data = self.buffer.data
         versions = torch.tensor(self.versions, device=data.device)  # [T]
         data.set("version", versions[:, None].expand(data.batch_size).clone())
