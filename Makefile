@@ -52,8 +52,11 @@ libero-venv: $(LIBERO_VENV)/.ok
 test-libero: libero-venv system-deps
 	HF_HUB_OFFLINE=1 MUJOCO_GL=egl $(LIBERO_VENV)/bin/python -m pytest -q tests/sims/test_libero.py
 
+# Few-shot SFT -> Flow-Noise PPO on `pick` (configs/experiment/pick_flow_noise.yaml), ~15 min on 2 cores.
+DEMO_DATA := data/pick_demos
 demo: $(VENV)/.core system-deps
-	$(BIN)/embodrl rollout expert_rollout --episodes 8 --record 2
+	@[ -f $(DEMO_DATA)/meta/info.json ] || $(BIN)/embodrl collect pick_flow_noise --out $(DEMO_DATA) --episodes-per-task 5
+	$(BIN)/embodrl train pick_flow_noise sft.dataset=$(DEMO_DATA)
 
 test: $(VENV)/.test system-deps maniskill-cpu
 	if [ -f $(VULKAN_ENV) ]; then . ./$(VULKAN_ENV); fi; HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q

@@ -23,6 +23,7 @@ from embodrl.sims.registry import make_env
 from embodrl.train.checkpointing import load_trainer_state, rng_state, save_checkpoint, set_rng_state
 from embodrl.train.evaluation import eval_metrics, evaluate_policy
 from embodrl.train.logger import MetricsLogger, plot_learning_curve
+from embodrl.train.memory import estimate_policy_memory
 
 LAST = "checkpoints/last"
 
@@ -65,6 +66,8 @@ class OnPolicyRunner:
         self.env = StagedEnv(cfg.env, cfg.engine, device=cfg.device)
         self.policy = build_policy(cfg, self.env)
         self.algo = PPO(self.policy, cfg.algo)
+        # Before the first rollout, so a user sees whether the job fits before it starts.
+        print(estimate_policy_memory(self.policy, cfg.algo.minibatch_size).report(), flush=True)
         chunk = self.policy.cfg.chunk_size
         steps = cfg.train.rollout_steps or math.ceil(cfg.env.max_episode_steps / chunk)
         self.buffer = RolloutBuffer(steps, self.env.num_envs, device=cfg.device)

@@ -19,6 +19,7 @@ from embodrl.sims.registry import make_env
 from embodrl.train.checkpointing import load_trainer_state, rng_state, save_checkpoint, set_rng_state
 from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
 from embodrl.train.logger import MetricsLogger
+from embodrl.train.memory import estimate_policy_memory
 from embodrl.train.rl_runner import LAST, build_policy
 
 
@@ -75,6 +76,7 @@ class SFTRunner:
             num_workers=sft.num_workers,
             generator=self.generator,
         )
+        print(estimate_policy_memory(self.policy, sft.batch_size).report(), flush=True)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=sft.lr, weight_decay=sft.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, warmup_cosine(sft.warmup_steps, sft.steps)
