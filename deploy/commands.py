@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 
 from embodrl.deploy.config import DeployConfig, RobotConfig, ServerConfig
 from embodrl.deploy.loop import ControlLoop, EpisodeStats, Intervention
@@ -43,11 +44,23 @@ def make_robot(cfg: RobotConfig) -> Robot:
 def deploy(
     cfg: DeployConfig, robot: Robot | None = None, intervention: Intervention | None = None
 ) -> list[EpisodeStats]:
-    """Run `cfg.episodes` episodes on the robot (built from cfg.robot unless given); returns their stats."""
+    """Run `cfg.episodes` episodes on the robot (built from cfg.robot unless given); returns their stats.
+
+    `intervention` is the human takeover hook; without one, `teleop.keyboard=true` reads the terminal.
+    """
+    robot = robot or make_robot(cfg.robot)
+    with ExitStack() as stack:
+        if intervention is None and cfg.teleop.keyboard:
+            from embodrl.deploy.teleop import keyboard_teleop
+
+            intervention = stack.enter_context(keyboard_teleop(cfg, len(robot.action_features)))
+        return _run_episodes(cfg, robot, intervention)
+
+
+def _run_episodes(cfg: DeployConfig, robot: Robot, intervention: Intervention | None) -> list[EpisodeStats]:
     from embodrl.deploy.client import PolicyClient
     from embodrl.deploy.inference import LocalPolicy, RemotePolicy
 
-    robot = robot or make_robot(cfg.robot)
     if cfg.remote:
         client = PolicyClient(cfg.policy, api_key=cfg.api_key, wait_s=10.0)
         source, release = RemotePolicy(client), client.close

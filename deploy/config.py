@@ -154,6 +154,21 @@ class RobotConfig:
 
 
 @dataclass
+class TeleopConfig:
+    """Keyboard takeover during `embodrl deploy` (deploy/teleop.py), for delta end-effector actions.
+
+    Keys move the action dims `safety.ee_dims`; space toggles `safety.gripper_dim` between
+    `safety.gripper_low` (where it starts) and `safety.gripper_high`.
+    """
+
+    keyboard: bool = False  # read keys from this terminal; Enter hands control to the human and back
+    step: float = 0.5  # action units per step on an axis whose key is pressed (tabletop: 0.5 -> 1 cm)
+
+    def __post_init__(self) -> None:
+        check_positive("teleop.step", self.step)
+
+
+@dataclass
 class DeployConfig:
     """`embodrl deploy CONFIG`: the robot-side loop."""
 
@@ -168,6 +183,7 @@ class DeployConfig:
     chunk: ChunkConfig = field(default_factory=ChunkConfig)
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     keys: ObservationKeys = field(default_factory=ObservationKeys)
+    teleop: TeleopConfig = field(default_factory=TeleopConfig)
 
     def __post_init__(self) -> None:
         if not self.policy:
@@ -177,6 +193,11 @@ class DeployConfig:
         check_positive("deploy.fps", self.fps)
         check_positive("deploy.max_steps", self.max_steps)
         check_positive("deploy.episodes", self.episodes)
+        if self.teleop.keyboard and self.safety.action_type != "delta":
+            raise ConfigError(
+                "teleop.keyboard sends delta end-effector actions; with safety.action_type=absolute its "
+                "zeros would be targets. Use it with delta actions only"
+            )
 
     @property
     def remote(self) -> bool:

@@ -325,9 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="import/export OpenVLA(-OFT) and pi0/pi0.5 checkpoints; merge LoRA adapters",
         description="Convert between public checkpoint layouts and embodrl policy checkpoints: "
         "openvla-import (HF OpenVLA / OpenVLA-OFT folder), openvla-export, pi0-import (openpi PyTorch "
-        "or LeRobot pi0/pi0.5 "
-        "folder; fmt=openpi|lerobot), pi0-export, merge-lora. Options are key=value, e.g. decoding=oft "
-        "chunk_size=8 for OpenVLA-OFT or fmt=lerobot for a LeRobot pi0. Nothing is downloaded.",
+        "or LeRobot pi0/pi0.5 folder; fmt=openpi|lerobot), pi0-export, merge-lora, and "
+        "export-torchscript / export-onnx (the deterministic action program of a gaussian or MLP-flow "
+        "policy, normalization included). Options are key=value, e.g. decoding=oft chunk_size=8 for "
+        "OpenVLA-OFT or fmt=lerobot for a LeRobot pi0. Nothing is downloaded.",
     )
     p.add_argument("kind", choices=list(CONVERSIONS), help="the conversion")
     p.add_argument("source", help="folder to read")

@@ -6,12 +6,16 @@ Conversions (the CLI's first argument):
   pi0-import      an openpi-PyTorch / LeRobot pi0 or pi0.5 folder -> an embodrl flow checkpoint
   pi0-export      an embodrl flow checkpoint -> the pi0 layout it came from
   merge-lora      a LoRA checkpoint (base weights + adapter files) -> a plain checkpoint, adapters merged
+  export-torchscript  a gaussian or MLP-flow checkpoint -> policy.pt + export.json: its deterministic
+                      actions as TorchScript, loadable without embodrl (deploy/export.py)
+  export-onnx         the same as policy.onnx (needs the onnx and onnxscript packages)
 Heavy backends are imported only for the conversion asked for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +55,21 @@ def _merge_lora(source: Path, output: Path) -> None:
     merge_lora(policy).save_pretrained(output)
 
 
+def _export(fmt: str, source: Path, output: Path, device: str = "cpu") -> None:
+    from embodrl.deploy.export import export_policy
+    from embodrl.policies.registry import load_policy
+
+    export_policy(load_policy(source), output, fmt, device)
+
+
 CONVERSIONS: dict[str, Callable[..., None]] = {
     "openvla-import": _openvla_import,
     "openvla-export": _openvla_export,
     "pi0-import": _pi0_import,
     "pi0-export": _pi0_export,
     "merge-lora": _merge_lora,
+    "export-torchscript": partial(_export, "torchscript"),
+    "export-onnx": partial(_export, "onnx"),
 }
 
 
@@ -66,7 +79,8 @@ def convert(kind: str, source: str | Path, output: str | Path, **options: Any) -
     `options` go to the backend: openvla-import takes decoding ("sequential" | "oft"), chunk_size,
     action_dim, unnorm_key, max_prompt_tokens; openvla-export takes unnorm_key; pi0-import takes fmt
     ("openpi" | "lerobot"), tokenizer_dir, chunk_size, likelihood, num_steps, asset_id; pi0-export
-    takes fmt."""
+    takes fmt; export-torchscript and export-onnx take device (where the program is traced and, for
+    TorchScript, runs)."""
     if kind not in CONVERSIONS:
         raise UserError(f"unknown conversion {kind!r}; choose one of {', '.join(CONVERSIONS)}")
     source, output = Path(source), Path(output)

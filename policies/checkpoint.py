@@ -7,8 +7,9 @@ A family class mixes this in and provides `family` (its registry name), `cfg` (P
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -52,6 +53,13 @@ class CheckpointMixin:
         for key, key_stats in stats.items():
             if key in self.normalizers:
                 self.normalizers[key].set_stats(key_stats)
+
+    def set_instruction_table(self, instructions: Sequence[str]) -> None:
+        """The env's instruction table (policy.vla.instructions), through which a language policy reads its
+        prompt by obs["task_id"]; an imported checkpoint comes without one."""
+        self.cfg = dataclasses.replace(
+            self.cfg, vla=dataclasses.replace(self.cfg.vla, instructions=tuple(instructions))
+        )
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write config.json, model.safetensors and normalization.safetensors into `directory`."""

@@ -15,6 +15,7 @@ from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
 from embodrl.policies.diffusion.configuration import DiffusionConfig
 from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.gaussian.configuration import GaussianConfig
+from embodrl.policies.lora_config import LoRAConfig
 from embodrl.policies.registry import FAMILIES
 from embodrl.policies.vla.configuration import VLAConfig
 
@@ -55,6 +56,10 @@ class PolicyConfig:
     autoregressive: AutoregressiveConfig = field(default_factory=AutoregressiveConfig)
     diffusion: DiffusionConfig = field(default_factory=DiffusionConfig)
     vla: VLAConfig = field(default_factory=VLAConfig)  # backbone of autoregressive and diffusion
+    # Fine-tuning (policies/finetune.py), applied after the policy is built or loaded from `init_from`:
+    lora: LoRAConfig = field(default_factory=LoRAConfig)  # full | lora | frozen per module group
+    train_expert_only: bool = False  # freeze the VLM (vision + language): only the action expert/head train
+    gradient_checkpointing: bool = False  # recompute the transformers towers' activations in backward
 
     def __post_init__(self) -> None:
         check_choice("policy.family", self.family, tuple(FAMILIES))
@@ -73,6 +78,18 @@ class PolicyConfig:
             check_choice("policy.obs_keys entry", key, OBS_KEYS)
         if "task_id" in (*self.obs_keys, *self.value_obs_keys):
             check_positive("policy.num_tasks (needed because task_id is observed)", self.num_tasks)
+        if self.train_expert_only and "lora" in (self.lora.vision, self.lora.language):
+            raise ConfigError(
+                "policy.train_expert_only freezes the VLM, but policy.lora adapts its vision or language "
+                "group; drop one of the two"
+            )
+
+    @property
+    def trained_groups(self) -> LoRAConfig:
+        """`lora` with the VLM's groups frozen when `train_expert_only` is set."""
+        if not self.train_expert_only:
+            return self.lora
+        return dataclasses.replace(self.lora, vision="frozen", language="frozen")
 
     def to_dict(self) -> dict:
         """Plain nested dict, JSON-ready (`from_dict` turns JSON lists back into tuples)."""

@@ -4,6 +4,11 @@ Groups by parameter name: `vision` (vision towers + projector), `language` (the 
 `action_head` (everything else the actor owns: LM head, action expert, slots, state projection). The
 critic (`critic.`, `value_encoder.`) always trains. Adapters are injected in place
 (`peft.inject_adapter_in_model`), so the policy keeps its class and its act/evaluate contract.
+
+A LoRA checkpoint is a plain policy checkpoint whose model.safetensors holds the base weights, plus
+adapter_config.json and adapter_model.safetensors: `load_policy` merges the adapters (eval, serve,
+`policy.init_from`), `load_policy(..., merge_adapters=False)` keeps them trainable (resume), and
+`embodrl convert merge-lora` writes the merged plain checkpoint.
 """
 
 from __future__ import annotations
@@ -11,24 +16,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from embodrl.choices import check_choice, check_positive
 from embodrl.errors import UserError
 from embodrl.policies.checkpoint import WEIGHTS_FILE
-from embodrl.policies.registry import load_policy
+from embodrl.policies.lora_config import LoRAConfig
+from embodrl.policies.registry import ADAPTER_CONFIG_FILE, load_base_policy
 
-MODES = ("lora", "full", "frozen")
 GROUP_PREFIXES = {
     "vision": ("prefix_encoder.backbone.vision_towers.", "prefix_encoder.backbone.projector."),
     "language": ("prefix_encoder.backbone.language_model.",),
 }
 CRITIC_PREFIXES = ("critic.", "value_encoder.")
-ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 # Linear layers of the transformers ViTs / decoders (and pi0's expert) that receive adapters.
 TARGET_LAYERS = (
@@ -43,28 +45,6 @@ TARGET_LAYERS = (
     "fc1",
     "fc2",
 )
-
-
-@dataclass
-class LoRAConfig:
-    """Fine-tuning mode per module group ("lora" | "full" | "frozen") and the adapters' shape."""
-
-    vision: str = "frozen"
-    language: str = "lora"
-    action_head: str = "full"
-    rank: int = 32  # OpenVLA's LoRA recipe: r=32, alpha=16 on all linear layers
-    alpha: float = 16.0
-    dropout: float = 0.0
-
-    def __post_init__(self) -> None:
-        for group in ("vision", "language", "action_head"):
-            check_choice(f"lora.{group}", getattr(self, group), MODES)
-        check_positive("lora.rank", self.rank)
-        check_positive("lora.alpha", self.alpha)
-
-    @property
-    def uses_lora(self) -> bool:
-        return "lora" in (self.vision, self.language, self.action_head)
 
 
 def group_of(name: str) -> str | None:
@@ -95,7 +75,8 @@ def _target_regex(policy: nn.Module, cfg: LoRAConfig) -> str:
 
 
 def apply_lora(policy: nn.Module, cfg: LoRAConfig) -> nn.Module:
-    """Inject LoRA adapters into the "lora" groups and set requires_grad per group, in place."""
+    """Inject LoRA adapters into the "lora" groups and set requires_grad per group, in place; the policy's
+    config records `cfg` (policy.cfg.lora), so its checkpoints say how it is adapted."""
     if cfg.uses_lora:
         from peft import LoraConfig, inject_adapter_in_model
 
@@ -110,6 +91,7 @@ def apply_lora(policy: nn.Module, cfg: LoRAConfig) -> nn.Module:
         group = group_of(name)
         mode = "full" if group is None else getattr(cfg, group)
         param.requires_grad_(mode == "full" or (mode == "lora" and "lora_" in name))
+    policy.cfg = dataclasses.replace(policy.cfg, lora=cfg)
     return policy
 
 
@@ -143,13 +125,21 @@ def save_lora_checkpoint(policy: nn.Module, cfg: LoRAConfig, directory: str | Pa
     (directory / ADAPTER_CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
 
 
+def save_policy(policy: nn.Module, directory: str | Path) -> None:
+    """`policy.save_pretrained`, or a LoRA checkpoint (base weights + adapter files) if it holds adapters."""
+    if adapter_state_dict(policy):
+        save_lora_checkpoint(policy, policy.cfg.lora, directory)
+    else:
+        policy.save_pretrained(directory)
+
+
 def load_lora_checkpoint(directory: str | Path, device: str = "cpu") -> tuple[nn.Module, LoRAConfig]:
     """Inverse of `save_lora_checkpoint`: the policy with its adapters injected (not merged)."""
     directory = Path(directory)
     if not (directory / ADAPTER_CONFIG_FILE).is_file():
         raise UserError(f"{directory} has no {ADAPTER_CONFIG_FILE}: it is not a LoRA checkpoint")
     cfg = LoRAConfig(**json.loads((directory / ADAPTER_CONFIG_FILE).read_text()))
-    policy = apply_lora(load_policy(directory, device=device), cfg)
+    policy = apply_lora(load_base_policy(directory, device=device), cfg)
     adapters = load_file(str(directory / ADAPTER_WEIGHTS_FILE), device=str(device))
     missing = sorted(set(adapter_state_dict(policy)) - set(adapters))
     unexpected = sorted(set(adapters) - set(adapter_state_dict(policy)))

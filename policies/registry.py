@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from embodrl.policies.base import Policy
     from embodrl.policies.config import PolicyConfig
 
+ADAPTER_CONFIG_FILE = "adapter_config.json"  # marks a LoRA checkpoint (policies/lora.py)
 # family name -> "module:Class"
 FAMILIES: dict[str, str] = {
     "gaussian": "embodrl.policies.gaussian.modeling:GaussianPolicy",
@@ -45,8 +46,20 @@ def make_policy(cfg: PolicyConfig, obs_spec: Mapping, device: str = "cpu") -> Po
     return policy_class(cfg.family)(cfg, obs_shapes_from_spec(obs_spec), device=device)
 
 
-def load_policy(directory: str | Path, device: str = "cpu") -> Policy:
-    """Load any family's checkpoint folder; config.json's "family" picks the class."""
+def load_policy(directory: str | Path, device: str = "cpu", merge_adapters: bool = True) -> Policy:
+    """Load any family's checkpoint folder; config.json's "family" picks the class. A LoRA checkpoint comes
+    back with its adapters merged into the weights (a plain policy), or with merge_adapters=False injected
+    and trainable, as it was saved (to resume training)."""
+    if not (Path(directory) / ADAPTER_CONFIG_FILE).is_file():
+        return load_base_policy(directory, device)
+    from embodrl.policies.lora import load_lora_checkpoint, merge_lora
+
+    policy, _ = load_lora_checkpoint(directory, device)
+    return merge_lora(policy) if merge_adapters else policy
+
+
+def load_base_policy(directory: str | Path, device: str = "cpu") -> Policy:
+    """The checkpoint's model.safetensors alone (of a LoRA checkpoint: the base weights, adapters ignored)."""
     config_path = Path(directory) / "config.json"
     if not config_path.is_file():
         raise UserError(f"{directory} is not a policy checkpoint: {config_path.name} is missing")

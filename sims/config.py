@@ -3,11 +3,14 @@
 from dataclasses import dataclass
 
 from embodrl.choices import check_choice, check_positive
+from embodrl.errors import ConfigError
 
 OBS_MODES = ("state", "rgb")
 IMAGE_SIZES = (64, 128, 224)
 REWARD_TYPES = ("sparse", "dense")
 CONTROL_MODES = ("ee_delta", "ee_delta_yaw", "joint_pos")
+# mujoco: the C library (threads); warp: MuJoCo Warp on a CUDA GPU; warp-cpu: MuJoCo Warp on Warp's CPU device
+PHYSICS_BACKENDS = ("mujoco", "warp", "warp-cpu")
 
 
 @dataclass
@@ -29,6 +32,7 @@ class EnvConfig:
     control_mode: str = "ee_delta"
     render_shadows: bool = False  # shadows cost ~10x render time on CPU; turn on for videos
     num_threads: int = 0  # physics threads (LIBERO: worker processes); 0 = one per core
+    physics_backend: str = "mujoco"  # tabletop suites: who steps the MJCF (PHYSICS_BACKENDS)
     gym_id: str = ""  # suite "gym": any gymnasium env id
     libero_assets: str = ""  # suites "libero-*": LIBERO's assets folder; "" = the installed package's
 
@@ -40,3 +44,9 @@ class EnvConfig:
         check_choice("env.image_size", self.image_size, IMAGE_SIZES)
         check_choice("env.reward", self.reward, REWARD_TYPES)
         check_choice("env.control_mode", self.control_mode, CONTROL_MODES)
+        check_choice("env.physics_backend", self.physics_backend, PHYSICS_BACKENDS)
+        if self.physics_backend != "mujoco" and not self.suite.startswith("tabletop"):
+            raise ConfigError(
+                f"env.physics_backend={self.physics_backend} applies to the tabletop suites only; "
+                f"suite {self.suite!r} brings its own physics: set env.physics_backend=mujoco"
+            )

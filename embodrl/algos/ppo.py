@@ -43,8 +43,12 @@ class PPO:
         cfg: AlgoConfig,
         reference: nn.Module | None = None,
         data_parallel: DataParallel | None = None,
+        bf16: bool = False,
     ) -> None:
         self.policy, self.cfg, self.data_parallel = policy, cfg, data_parallel
+        # bf16 autocast of the update's forward passes (train.precision); the loss stays fp32
+        device_type = next(policy.parameters()).device.type
+        self._autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16)
         # with data parallelism the gradients are averaged over ranks inside backward
         self.evaluate = policy.evaluate if data_parallel is None else data_parallel.evaluate
         critic = {id(p) for p in policy.critic_parameters()}
@@ -52,7 +56,8 @@ class PPO:
         self._actor_params = actor_params
         groups = [{"params": actor_params, "lr": cfg.actor_lr, "name": "actor"}]
         if cfg.uses_critic:
-            groups.append({"params": list(policy.critic_parameters()), "lr": cfg.critic_lr, "name": "critic"})
+            critic_params = [p for p in policy.critic_parameters() if p.requires_grad]
+            groups.append({"params": critic_params, "lr": cfg.critic_lr, "name": "critic"})
         self.optimizer = torch.optim.Adam(groups, eps=1e-5)
         self.reference = reference
         if cfg.kl_coef > 0 and reference is None:  # KL to the policy we started from
@@ -118,25 +123,27 @@ class PPO:
         for start in range(0, stale.shape[0], self.cfg.minibatch_size):
             t, n = stale[start : start + self.cfg.minibatch_size].unbind(-1)
             samples = data[t, n]
-            prox[t, n] = self.policy.evaluate(samples["obs"], samples["replay"]).logprob
+            with self._autocast():
+                prox[t, n] = self.policy.evaluate(samples["obs"], samples["replay"]).logprob.float()
         return prox
 
     def _loss(self, batch: TensorDict, critic_only: bool):
         cfg = self.cfg
-        ev = self.evaluate(batch["obs"], batch["replay"])
-        ref_logprob = None
-        if cfg.kl_coef > 0 and not critic_only:
-            with torch.no_grad():
-                ref_logprob = self.reference.evaluate(batch["obs"], batch["replay"]).logprob
+        with self._autocast():
+            ev = self.evaluate(batch["obs"], batch["replay"])
+            ref_logprob = None
+            if cfg.kl_coef > 0 and not critic_only:
+                with torch.no_grad():
+                    ref_logprob = self.reference.evaluate(batch["obs"], batch["replay"]).logprob.float()
         return ppo_loss(
             cfg,
-            logprob=ev.logprob,
+            logprob=ev.logprob.float(),
             old_logprob=batch["prox_logprob"],
             behaviour_weight=self._behaviour_weight(batch),
             advantages=batch["advantages"],
             mask=torch.ones(batch.batch_size[0], dtype=torch.bool, device=ev.logprob.device),
-            entropy=ev.entropy,
-            values=ev.value if cfg.uses_critic else None,
+            entropy=ev.entropy.float(),
+            values=ev.value.float() if cfg.uses_critic else None,
             old_values=batch["value"] if cfg.uses_critic else None,
             returns=batch["returns"] if cfg.uses_critic else None,
             ref_logprob=ref_logprob,

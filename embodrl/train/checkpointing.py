@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from embodrl.errors import UserError
+from embodrl.policies.lora import save_policy
 
 POLICY_DIR = "policy"
 STATE_FILE = "trainer_state.pt"
@@ -18,7 +19,7 @@ def save_checkpoint(directory: Path, policy, trainer_state: dict) -> Path:
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    policy.save_pretrained(tmp / POLICY_DIR)
+    save_policy(policy, tmp / POLICY_DIR)  # with LoRA: base weights + adapters (policies/lora.py)
     torch.save(trainer_state, tmp / STATE_FILE)
     old = directory.with_name(directory.name + ".old")
     if directory.exists():

@@ -4,6 +4,8 @@ from dataclasses import dataclass
 
 from embodrl.choices import check_choice, check_positive
 
+PRECISIONS = ("fp32", "bf16")
+
 
 @dataclass
 class TrainConfig:
@@ -20,16 +22,17 @@ class TrainConfig:
     save_every: int = 10  # iterations between checkpoints
     tensorboard: bool = True
     torch_threads: int = 0  # 0 leaves torch's default (one per core)
+    # bf16 autocasts the forward passes of the PPO update (CUDA, or CPUs with bf16 support); the loss and
+    # the log-prob ratio stay fp32. The rollout acts in fp32, so the first-minibatch ratio is ~1, not 1.
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
+        check_choice("train.precision", self.precision, PRECISIONS)
         check_positive("train.iterations", self.iterations)
         for key in ("rollout_steps", "eval_every", "eval_envs", "torch_threads"):
             check_positive(f"train.{key}", getattr(self, key), allow_zero=True)
         check_positive("train.eval_episodes", self.eval_episodes)
         check_positive("train.save_every", self.save_every)
-
-
-PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass

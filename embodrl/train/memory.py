@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from torch import nn
 
 GIB = 1024**3
+ACTIVATION_BYTES = {"fp32": 4, "bf16": 2}
 
 
 @dataclass(frozen=True)
@@ -101,9 +102,18 @@ def policy_stacks(policy: nn.Module) -> list[TransformerStack]:
     return stacks
 
 
-def estimate_policy_memory(policy: nn.Module, micro_batch: int, **precision) -> MemoryEstimate:
-    """`estimate_memory` for a built policy (its parameter counts and, for VLAs, its transformer stacks)."""
+def estimate_policy_memory(policy: nn.Module, micro_batch: int, precision: str = "bf16") -> MemoryEstimate:
+    """`estimate_memory` for a built policy (its parameter counts, for VLAs its transformer stacks, and its
+    policy.gradient_checkpointing), activations kept in `precision` ("fp32" | "bf16" autocast)."""
     params = list(policy.parameters())
     total = sum(p.numel() for p in params)
     trainable = sum(p.numel() for p in params if p.requires_grad)
-    return estimate_memory(total, trainable, policy_stacks(policy), micro_batch, **precision)
+    checkpointing = bool(getattr(getattr(policy, "cfg", None), "gradient_checkpointing", False))
+    return estimate_memory(
+        total,
+        trainable,
+        policy_stacks(policy),
+        micro_batch,
+        activation_bytes=ACTIVATION_BYTES[precision],
+        gradient_checkpointing=checkpointing,
+    )

@@ -17,10 +17,17 @@ from embodrl.engine.env_client import StagedEnv
 from embodrl.engine.faults import collect_with_retries
 from embodrl.engine.schedules import make_schedule
 from embodrl.errors import UserError
+from embodrl.policies.finetune import prepare_finetuning
 from embodrl.policies.registry import load_policy, make_policy
 from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
-from embodrl.train.checkpointing import load_trainer_state, rng_state, save_checkpoint, set_rng_state
+from embodrl.train.checkpointing import (
+    POLICY_DIR,
+    load_trainer_state,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from embodrl.train.evaluation import eval_metrics, evaluate_policy
 from embodrl.train.logger import MetricsLogger, plot_learning_curve
 from embodrl.train.memory import estimate_policy_memory
@@ -29,9 +36,12 @@ LAST = "checkpoints/last"
 
 
 def build_policy(cfg: ExperimentConfig, env: VecEnv):
-    """A fresh policy shaped for `env`, or the checkpoint named by `policy.init_from`."""
+    """A fresh policy shaped for `env`, or the checkpoint named by `policy.init_from`; then the fine-tuning
+    settings (policy.lora, train_expert_only, gradient_checkpointing) of the experiment are applied."""
     if cfg.policy.init_from:
         policy = load_policy(cfg.policy.init_from, device=cfg.device)
+        if not policy.cfg.vla.instructions:  # an imported VLA checkpoint knows no env's instructions
+            policy.set_instruction_table(env.instruction_table)
     else:
         pcfg = cfg.policy
         if "task_id" in (*pcfg.obs_keys, *pcfg.value_obs_keys) and pcfg.num_tasks == 0:
@@ -52,7 +62,7 @@ def build_policy(cfg: ExperimentConfig, env: VecEnv):
             f"the policy reads {missing} but the env observes {list(env.observation_spec)}; "
             "change policy.obs_keys or env.obs_mode"
         )
-    return policy
+    return prepare_finetuning(policy, cfg.policy)
 
 
 class OnPolicyRunner:
@@ -65,9 +75,10 @@ class OnPolicyRunner:
         torch.manual_seed(cfg.seed)
         self.env = StagedEnv(cfg.env, cfg.engine, device=cfg.device)
         self.policy = build_policy(cfg, self.env)
-        self.algo = PPO(self.policy, cfg.algo)
+        self.algo = PPO(self.policy, cfg.algo, bf16=cfg.train.precision == "bf16")
         # Before the first rollout, so a user sees whether the job fits before it starts.
-        print(estimate_policy_memory(self.policy, cfg.algo.minibatch_size).report(), flush=True)
+        memory = estimate_policy_memory(self.policy, cfg.algo.minibatch_size, cfg.train.precision)
+        print(memory.report(), flush=True)
         chunk = self.policy.cfg.chunk_size
         steps = cfg.train.rollout_steps or math.ceil(cfg.env.max_episode_steps / chunk)
         self.buffer = RolloutBuffer(steps, self.env.num_envs, device=cfg.device)
@@ -177,7 +188,8 @@ class OnPolicyRunner:
 
     def _restore(self, directory: Path) -> None:
         state = load_trainer_state(directory)
-        self.policy.load_state_dict(load_policy(directory / "policy", device=self.cfg.device).state_dict())
+        saved = load_policy(directory / POLICY_DIR, device=self.cfg.device, merge_adapters=False)
+        self.policy.load_state_dict(saved.state_dict())
         self.algo.load_state_dict(state["algo"])
         set_rng_state(state["rng"], self.generators)
         self.iteration, self.env_steps, self.wall_time = (

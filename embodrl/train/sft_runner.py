@@ -16,7 +16,13 @@ from embodrl.data.chunk_dataset import ActionChunkDataset, collate_chunks
 from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.errors import UserError
 from embodrl.sims.registry import make_env
-from embodrl.train.checkpointing import load_trainer_state, rng_state, save_checkpoint, set_rng_state
+from embodrl.train.checkpointing import (
+    POLICY_DIR,
+    load_trainer_state,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
 from embodrl.train.logger import MetricsLogger
 from embodrl.train.memory import estimate_policy_memory
@@ -76,8 +82,9 @@ class SFTRunner:
             num_workers=sft.num_workers,
             generator=self.generator,
         )
-        print(estimate_policy_memory(self.policy, sft.batch_size).report(), flush=True)
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=sft.lr, weight_decay=sft.weight_decay)
+        print(estimate_policy_memory(self.policy, sft.batch_size, sft.precision).report(), flush=True)
+        trainable = [p for p in self.policy.parameters() if p.requires_grad]  # LoRA / frozen groups
+        self.optimizer = torch.optim.AdamW(trainable, lr=sft.lr, weight_decay=sft.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, warmup_cosine(sft.warmup_steps, sft.steps)
         )
@@ -158,7 +165,8 @@ class SFTRunner:
         from embodrl.policies.registry import load_policy
 
         state = load_trainer_state(directory)
-        self.policy.load_state_dict(load_policy(directory / "policy", device=self.cfg.device).state_dict())
+        saved = load_policy(directory / POLICY_DIR, device=self.cfg.device, merge_adapters=False)
+        self.policy.load_state_dict(saved.state_dict())
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"], {"loader": self.generator})

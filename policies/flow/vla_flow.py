@@ -87,6 +87,9 @@ class VLAFlowPrefix(nn.Module):
             max_instruction_tokens=cfg.vla.max_instruction_tokens,
             instruction_table=cfg.vla.instructions,
         )
+        # The expert reads this model's key/value cache with gradients, which transformers drops under
+        # activation checkpointing: policy.gradient_checkpointing covers the vision towers only here.
+        self.backbone.language_model.supports_gradient_checkpointing = False
 
     @property
     def rope_theta(self) -> float:

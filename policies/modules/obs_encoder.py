@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from tensordict import TensorDict
 from torch import nn
@@ -95,6 +97,10 @@ class ObsEncoder(nn.Module):
     def forward(self, obs: TensorDict, augment: bool = False) -> torch.Tensor:
         """Features [N, out_dim]; `augment` applies the random image shift (training only)."""
         self.check(obs)
+        return self.encode(obs, augment)
+
+    def encode(self, obs: TensorDict | Mapping[str, torch.Tensor], augment: bool = False) -> torch.Tensor:
+        """`forward` without the checks: their data-dependent branches cannot be traced (deploy/export.py)."""
         parts = []
         for key in self.keys:
             value = obs[key]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from tensordict import TensorDict
@@ -67,6 +68,11 @@ class VLACheckpointMixin(CheckpointMixin):
         super().save_pretrained(directory)
         if self.prefix_encoder is not None:
             self.prefix_encoder.backbone.tokenizer.save_pretrained(str(directory))
+
+    def set_instruction_table(self, instructions: Sequence[str]) -> None:
+        super().set_instruction_table(instructions)
+        if self.prefix_encoder is not None:
+            self.prefix_encoder.backbone.instruction_table = tuple(instructions)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str = "cpu"):

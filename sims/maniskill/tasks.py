@@ -89,7 +89,8 @@ def make_kwargs(cfg: EnvConfig, num_envs: int, sim_backend: str) -> dict:
     """Keyword arguments for gym.make(cfg.task, ...)."""
     if cfg.control_mode not in CONTROL_MODES:
         raise UserError(
-            f"env.control_mode={cfg.control_mode!r} is not available in ManiSkill; use one of {list(CONTROL_MODES)}"
+            f"env.control_mode={cfg.control_mode!r} is not available in ManiSkill; "
+            f"use one of {list(CONTROL_MODES)}"
         )
     size = {"width": cfg.image_size, "height": cfg.image_size}
     kwargs = dict(

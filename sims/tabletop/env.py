@@ -77,7 +77,7 @@ class TabletopEnv(VecEnv):
         self._table = instruction_entries((cfg.task,) if cfg.task else suite.tasks)
         self.model = build_model()
         self.idx = SceneIndex.of(self.model)
-        self.physics = make_physics(self.model, cfg.num_envs, cfg.num_threads)
+        self.physics = make_physics(self.model, cfg.num_envs, cfg.num_threads, cfg.physics_backend)
         self._controller = EEDeltaController(cfg.num_envs, *ARM_JOINT_RANGES.T, ARM_HOME)
         self._expert = ScriptedExpert(cfg.num_envs)
         cameras = (("rgb", "front"), ("wrist_rgb", "wrist")) if cfg.wrist_camera else (("rgb", "front"),)

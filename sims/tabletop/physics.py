@@ -124,7 +124,11 @@ def has_batch() -> bool:
     return _mj_batch is not None
 
 
-def make_physics(model: mujoco.MjModel, num_envs: int, num_threads: int) -> BatchPhysics | LoopPhysics:
-    """The batched C stepper when the bindings have it (measured faster), else the loop."""
+def make_physics(model: mujoco.MjModel, num_envs: int, num_threads: int, backend: str):
+    """MuJoCo Warp for warp/warp-cpu; else `mujoco.batch` if present (measured faster), else a loop."""
+    if backend != "mujoco":
+        from embodrl.sims.tabletop.physics_warp import WarpPhysics, warp_device  # optional package
+
+        return WarpPhysics(model, num_envs, warp_device(backend))
     cls = BatchPhysics if has_batch() else LoopPhysics
     return cls(model, num_envs, num_threads)

@@ -27,6 +27,13 @@ def test_load_yaml_and_overrides(tmp_path):
         (lambda: ServerConfig(api_key=""), "api_key is empty"),
         (lambda: RobotConfig(kind="lerobot"), "lerobot_config"),
         (lambda: RobotConfig(kind="franka"), "franka_host"),
+        (lambda: load_config(DeployConfig, None, ["policy=x", "teleop.step=0"]), "teleop.step"),
+        (
+            lambda: load_config(
+                DeployConfig, None, ["policy=x", "teleop.keyboard=true", "safety.action_type=absolute"]
+            ),
+            "delta actions only",
+        ),
     ],
 )
 def test_invalid_configs_explain_themselves(build, message):

@@ -1,0 +1,57 @@
+"""Fine-tuning settings applied to a built or loaded policy: full / LoRA / frozen per module group (with the
+frozen-VLM shortcut `policy.train_expert_only`, pi_RL's recipe) and activation checkpointing of the
+`transformers` towers (`policy.gradient_checkpointing`).
+
+They are training settings, read from the experiment config also when the policy comes from
+`policy.init_from`, and recorded in the policy's config so its checkpoints say how it was trained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch import nn
+
+from embodrl.errors import UserError
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.lora import apply_lora, group_of
+
+VLM_GROUPS = ("vision", "language")
+
+
+def prepare_finetuning(policy: nn.Module, cfg: PolicyConfig) -> nn.Module:
+    """Set what trains (and inject adapters) per `cfg.trained_groups`, turn on gradient checkpointing if
+    asked, in place; returns the policy."""
+    has_vlm = any(group_of(name) in VLM_GROUPS for name, _ in policy.named_parameters())
+    if cfg.train_expert_only and not has_vlm:
+        raise UserError(
+            "policy.train_expert_only freezes a VLA's vision towers and language model, but this policy has "
+            "none; set policy.train_expert_only=false"
+        )
+    apply_lora(policy, cfg.trained_groups)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(policy)
+    policy.cfg = dataclasses.replace(
+        policy.cfg, train_expert_only=cfg.train_expert_only, gradient_checkpointing=cfg.gradient_checkpointing
+    )
+    return policy
+
+
+def enable_gradient_checkpointing(policy: nn.Module) -> list[str]:
+    """Turn on activation checkpointing in every `transformers` model of the policy that supports it (a
+    family opts a model out when it reads that model's KV cache with gradients); returns their names."""
+    from transformers import PreTrainedModel
+
+    names = [
+        name
+        for name, module in policy.named_modules()
+        if isinstance(module, PreTrainedModel) and module.supports_gradient_checkpointing
+    ]
+    if not names:
+        raise UserError(
+            "policy.gradient_checkpointing recomputes the activations of a VLA's transformers towers, but "
+            "this policy has none; set policy.gradient_checkpointing=false"
+        )
+    for name in names:
+        policy.get_submodule(name).activation_checkpointing_enable()
+    return names
