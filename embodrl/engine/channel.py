@@ -48,11 +48,12 @@ class Channel(ABC):
         """The next message; raises ChannelTimeout after `timeout` seconds (None waits forever)."""
 
 
-class InProcChannel(Channel):
-    """Between threads of one process."""
+class QueueChannel(Channel):
+    """A channel over a queue with the standard library's put/get(timeout) interface; `empty` is the
+    exception its get raises on timeout."""
 
-    def __init__(self) -> None:
-        self._queue: queue.Queue[Message] = queue.Queue()
+    def __init__(self, q, empty: type[Exception] = queue.Empty) -> None:
+        self._queue, self._empty = q, empty
 
     def put(self, header: Header, payload: TensorDict | None = None) -> None:
         self._queue.put((header, payload))
@@ -60,46 +61,33 @@ class InProcChannel(Channel):
     def get(self, timeout: float | None = None) -> Message:
         try:
             return self._queue.get(timeout=timeout)
-        except queue.Empty:
+        except self._empty:
             raise ChannelTimeout(f"no message within {timeout} s") from None
 
 
-class MultiprocessChannel(Channel):
+class InProcChannel(QueueChannel):
+    """Between threads of one process."""
+
+    def __init__(self) -> None:
+        super().__init__(queue.Queue())
+
+
+class MultiprocessChannel(QueueChannel):
     """Between processes of one machine; torch's queue moves CPU tensor storage into shared memory."""
 
     def __init__(self) -> None:
         import torch.multiprocessing as mp
 
-        self._queue = mp.get_context("spawn").Queue()
-
-    def put(self, header: Header, payload: TensorDict | None = None) -> None:
-        self._queue.put((header, payload))
-
-    def get(self, timeout: float | None = None) -> Message:
-        try:
-            return self._queue.get(timeout=timeout)
-        except queue.Empty:
-            raise ChannelTimeout(f"no message within {timeout} s") from None
+        super().__init__(mp.get_context("spawn").Queue())
 
 
-class RayChannel(Channel):
+class RayChannel(QueueChannel):
     """Between Ray actors, possibly on different machines (needs `pip install embodrl[ray]`)."""
 
     def __init__(self) -> None:
-        from ray.util.queue import Queue
+        from ray.util.queue import Empty, Queue
 
-        self._queue = Queue(actor_options={"num_cpus": 0})  # a queue needs no core of its own
-
-    def put(self, header: Header, payload: TensorDict | None = None) -> None:
-        self._queue.put((header, payload))
-
-    def get(self, timeout: float | None = None) -> Message:
-        from ray.util.queue import Empty
-
-        try:
-            return self._queue.get(timeout=timeout)
-        except Empty:
-            raise ChannelTimeout(f"no message within {timeout} s") from None
+        super().__init__(Queue(actor_options={"num_cpus": 0}), Empty)  # a queue needs no core of its own
 
 
 CHANNELS: dict[str, type[Channel]] = {
