@@ -211,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"
     )
-    p.add_argument("--policy", default="expert", help="'expert' (scripted, default) or 'random'")
+    p.add_argument(
+        "--policy", default="expert", help="'expert' (scripted, default), 'random' or a checkpoint folder"
+    )
     p.add_argument("--episodes", type=int, default=8, help="number of episodes (default 8)")
     p.add_argument("--record", type=int, default=2, help="number of episodes to record as videos (default 2)")
     p.add_argument("--format", choices=["mp4", "gif"], default="mp4", help="video format (default mp4)")

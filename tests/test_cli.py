@@ -84,6 +84,10 @@ def test_collect_sft_eval_chain(tmp_path, capsys):
     checkpoint = run_dir / "checkpoints" / "last" / "policy"
     assert (checkpoint / "model.safetensors").is_file()
     assert main(["eval", str(checkpoint), "--episodes", "4", "--record", "1"]) == 0
+    assert (
+        main(["rollout", *common[:2], f"run_root={tmp_path}", "--policy", str(checkpoint), "--episodes", "2"])
+        == 0
+    )
     summary = json.loads((checkpoint / "eval" / "summary.json").read_text())
     assert summary["episodes"] == 4 and (checkpoint / "eval" / "videos" / "episode_000.mp4").is_file()
     assert "success:" in capsys.readouterr().out

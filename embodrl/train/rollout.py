@@ -16,8 +16,14 @@ from embodrl.train.evaluation import summarize
 from embodrl.train.video import write_video
 
 
-def action_source(name: str, env: VecEnv, seed: int) -> ActFn:
-    """'expert' (the suite's scripted expert) or 'random' (uniform in the action bounds)."""
+def action_source(name: str, env: VecEnv, seed: int, device: str = "cpu") -> ActFn:
+    """'expert' (the suite's scripted expert), 'random' (uniform in the action bounds) or a checkpoint
+    folder (its deterministic actions)."""
+    if Path(name).is_dir():
+        from embodrl.policies.registry import load_policy
+
+        policy = load_policy(name, device=device).eval()
+        return lambda obs: policy.act(obs, deterministic=True).actions
     if name == "expert":
         return lambda obs: env.expert_actions()[:, None]
     if name == "random":
@@ -26,7 +32,7 @@ def action_source(name: str, env: VecEnv, seed: int) -> ActFn:
         return lambda obs: (
             spec.low + (spec.high - spec.low) * torch.rand(env.num_envs, 1, spec.dim, generator=gen)
         )
-    raise UserError(f"--policy {name!r} is not known; use 'expert' or 'random'")
+    raise UserError(f"--policy {name!r} is not known; use 'expert', 'random' or a checkpoint folder")
 
 
 def rollout(cfg: ExperimentConfig, policy: str, episodes: int, record: int, video_format: str) -> Path:
@@ -35,7 +41,7 @@ def rollout(cfg: ExperimentConfig, policy: str, episodes: int, record: int, vide
         raise UserError("--episodes must be >= 1 and --record >= 0")
     env = make_env(cfg.env, device=cfg.device)
     try:
-        act = action_source(policy, env, cfg.seed)
+        act = action_source(policy, env, cfg.seed, cfg.device)
         results = run_episodes(env, act, episodes, record=record, progress=True)
     finally:
         env.close()
