@@ -19,7 +19,7 @@ from torch import nn
 from embodrl.errors import UserError
 from embodrl.policies.config import IMAGE_KEYS, PolicyConfig
 from embodrl.policies.vla.modeling import VLABackbone, pool
-from embodrl.policies.vla.prefix import VLA_OBS_KEYS
+from embodrl.policies.vla.prefix import check_vla_obs_keys
 from embodrl.policies.vla.tokenizer import read_instructions, tokenize_instructions, train_tokenizer
 
 STATE_BINS = 256
@@ -69,15 +69,8 @@ class VLAFlowPrefix(nn.Module):
 
     def __init__(self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]]) -> None:
         super().__init__()
+        check_vla_obs_keys(cfg, obs_shapes)
         self.image_keys = tuple(k for k in cfg.obs_keys if k in IMAGE_KEYS)
-        unsupported = [k for k in cfg.obs_keys if k not in VLA_OBS_KEYS]
-        missing = [k for k in cfg.obs_keys if k not in obs_shapes]
-        if unsupported or missing:
-            raise UserError(
-                f"a VLA policy reads {list(VLA_OBS_KEYS)} (and obs['instruction']) from the env (env keys: "
-                f"{sorted(obs_shapes)}); policy.obs_keys lists {unsupported + missing}: remove them or "
-                "change the env's obs_mode"
-            )
         self.variant = cfg.flow.vla_variant
         self.backbone = VLABackbone(
             cfg.vla.architecture,

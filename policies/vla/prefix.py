@@ -17,6 +17,18 @@ from embodrl.policies.vla.tokenizer import load_tokenizer, train_tokenizer
 VLA_OBS_KEYS = ("rgb", "wrist_rgb", "state")
 
 
+def check_vla_obs_keys(cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]]) -> None:
+    """A VLA reads only cameras and the state (plus the instruction): refuse other or absent keys."""
+    unsupported = [k for k in cfg.obs_keys if k not in VLA_OBS_KEYS]
+    missing = [k for k in cfg.obs_keys if k not in obs_shapes]
+    if unsupported or missing:
+        raise UserError(
+            f"a VLA policy reads {list(VLA_OBS_KEYS)} (and obs['instruction']) from the env (env keys: "
+            f"{sorted(obs_shapes)}); policy.obs_keys lists {unsupported + missing}: remove them or "
+            "change the env's obs_mode"
+        )
+
+
 class VLAPrefixEncoder(nn.Module):
     """Reads `cfg.obs_keys` (images, state) plus obs["instruction"] and embeds them as the VLA prefix."""
 
@@ -24,13 +36,7 @@ class VLAPrefixEncoder(nn.Module):
         self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]], normalizers: nn.ModuleDict
     ) -> None:
         super().__init__()
-        unsupported = [k for k in cfg.obs_keys if k not in VLA_OBS_KEYS]
-        missing = [k for k in cfg.obs_keys if k not in obs_shapes]
-        if unsupported or missing:
-            raise UserError(
-                f"a VLA policy reads {list(VLA_OBS_KEYS)} from the env (env keys: {sorted(obs_shapes)}); "
-                f"policy.obs_keys lists {unsupported + missing}: remove them or change the env's obs_mode"
-            )
+        check_vla_obs_keys(cfg, obs_shapes)
         self.keys = tuple(cfg.obs_keys)
         self.uses_state = "state" in cfg.obs_keys
         # A plain dict, so the normalizer stays owned (and saved) by the policy alone, not registered twice.
