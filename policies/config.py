@@ -44,6 +44,9 @@ class PolicyConfig:
     # Floor on the std that normalizes `state`/`privileged` (mean_std): a few demos can show a dimension
     # (a cube's yaw, its x) barely varying, and dividing by that tiny std blows unseen values up.
     state_std_min: float = 0.05
+    # Normalized `state`/`privileged` values are clipped to [-obs_clip, obs_clip] (0: no clip), as RL
+    # libraries clip normalized observations: states the demos never showed stay in a bounded range.
+    obs_clip: float = 5.0
     action_normalization: str = "mean_std"
     num_tasks: int = 0  # size of the task_id embedding table when "task_id" is observed
     task_embedding_dim: int = 16
@@ -68,6 +71,7 @@ class PolicyConfig:
         check_positive("policy.image_shift", self.image_shift, allow_zero=True)
         check_choice("policy.logprob_type", self.logprob_type, LOGPROB_TYPES)
         check_positive("policy.state_std_min", self.state_std_min, allow_zero=True)
+        check_positive("policy.obs_clip", self.obs_clip, allow_zero=True)
         check_choice("policy.state_normalization", self.state_normalization, NORMALIZATIONS)
         check_choice("policy.action_normalization", self.action_normalization, NORMALIZATIONS)
         if not self.obs_keys:

@@ -31,9 +31,9 @@ def compute_stats(data: torch.Tensor) -> dict[str, torch.Tensor]:
 class Normalizer(nn.Module):
     """Normalizes one vector-valued key [..., D] by mean/std, by q01/q99 to [-1, 1], or not at all."""
 
-    def __init__(self, key: str, dim: int, mode: str, min_std: float = 0.0) -> None:
+    def __init__(self, key: str, dim: int, mode: str, min_std: float = 0.0, clip: float = 0.0) -> None:
         super().__init__()
-        self.key, self.dim, self.mode, self.min_std = key, dim, mode, min_std
+        self.key, self.dim, self.mode, self.min_std, self.clip = key, dim, mode, min_std, clip
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("std", torch.ones(dim))
         self.register_buffer("q01", -torch.ones(dim))
@@ -53,12 +53,12 @@ class Normalizer(nn.Module):
             getattr(self, name).copy_(values)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Env units -> normalized units."""
+        """Env units -> normalized units (clipped to [-clip, clip] when clip > 0)."""
         if self.mode == "mean_std":
-            return (x - self.mean) / (self.std.clamp_min(self.min_std) + EPS)
-        if self.mode == "quantile":
-            return 2 * (x - self.q01) / (self.q99 - self.q01 + EPS) - 1
-        return x
+            x = (x - self.mean) / (self.std.clamp_min(self.min_std) + EPS)
+        elif self.mode == "quantile":
+            x = 2 * (x - self.q01) / (self.q99 - self.q01 + EPS) - 1
+        return x.clamp(-self.clip, self.clip) if self.clip > 0 else x
 
     def unnormalize(self, x: torch.Tensor) -> torch.Tensor:
         """Normalized units -> env units."""

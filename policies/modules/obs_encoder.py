@@ -19,7 +19,7 @@ VECTOR_KEYS = ("state", "privileged")
 def make_normalizers(cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]]) -> nn.ModuleDict:
     """One Normalizer per observed vector key plus `action`; saved with the checkpoint."""
     norms = {
-        key: Normalizer(key, obs_shapes[key][-1], cfg.state_normalization, cfg.state_std_min)
+        key: Normalizer(key, obs_shapes[key][-1], cfg.state_normalization, cfg.state_std_min, cfg.obs_clip)
         for key in VECTOR_KEYS
         if key in (*cfg.obs_keys, *cfg.value_obs_keys) and key in obs_shapes
     }

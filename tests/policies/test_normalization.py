@@ -41,3 +41,13 @@ def test_stats_of_wrong_size_raise_user_error():
     norm = Normalizer("state", 3, "mean_std")
     with pytest.raises(UserError, match="state.mean have 2 values"):
         norm.set_stats({"mean": [0.0, 1.0], "min": [0.0]})
+
+
+def test_normalized_values_are_clipped_and_unclipped_when_clip_is_zero():
+    stats = {"mean": [0.0, 0.0], "std": [0.01, 1.0]}
+    clipped, free = Normalizer("state", 2, "mean_std", clip=5.0), Normalizer("state", 2, "mean_std")
+    clipped.set_stats(stats)
+    free.set_stats(stats)
+    x = torch.tensor([[1.0, -2.0]])  # 100 std out in the first dim
+    torch.testing.assert_close(clipped(x), torch.tensor([[5.0, -2.0]]), atol=1e-4, rtol=1e-4)
+    assert free(x)[0, 0] > 99
