@@ -8,7 +8,7 @@ from embodrl.errors import ConfigError
 OBS_MODES = ("state", "rgb")
 IMAGE_SIZES = (64, 128, 224)
 REWARD_TYPES = ("sparse", "dense")
-CONTROL_MODES = ("ee_delta", "ee_delta_yaw", "joint_pos")
+CONTROL_MODES = ("ee_delta", "ee_delta_yaw", "ee_delta_pos", "joint_pos")
 # mujoco: the C library (threads); warp: MuJoCo Warp on a CUDA GPU; warp-cpu: MuJoCo Warp on Warp's CPU device
 PHYSICS_BACKENDS = ("mujoco", "warp", "warp-cpu")
 
@@ -28,7 +28,8 @@ class EnvConfig:
     reward: str = "sparse"  # sparse: 1 on success; dense: shaped progress reward + success bonus
     terminate_on_success: bool = True
     # ee_delta: 7-D [dxyz, drpy, gripper]; ee_delta_yaw: 5-D [dxyz, dyaw, gripper] with roll and pitch held
-    # (top-down grasping: no action dimension the tasks never use); joint_pos: absolute joint targets
+    # (top-down grasping: no action dimension the tasks never use); ee_delta_pos: 4-D [dxyz, gripper]
+    # with the hand held pointing down (as ManiSkill's pd_ee_delta_pos); joint_pos: absolute joint targets
     control_mode: str = "ee_delta"
     render_shadows: bool = False  # shadows cost ~10x render time on CPU; turn on for videos
     num_threads: int = 0  # physics threads (LIBERO: worker processes); 0 = one per core

@@ -46,7 +46,12 @@ def _slot(kind: str, color: int) -> int:
 
 
 EE_DELTA_NAMES = ("dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper")
-YAW_MODE_DIMS = [0, 1, 2, 5, 6]  # the ee_delta dimensions that control_mode=ee_delta_yaw keeps
+# The ee_delta dimensions each end-effector control mode keeps; the others are held at zero.
+EE_MODE_DIMS = {
+    "ee_delta": list(range(len(EE_DELTA_NAMES))),
+    "ee_delta_yaw": [0, 1, 2, 5, 6],
+    "ee_delta_pos": [0, 1, 2, 6],
+}
 
 
 class TabletopEnv(VecEnv):
@@ -55,7 +60,8 @@ class TabletopEnv(VecEnv):
     Actions [N, C, 7] in [-1, 1] (values outside are clipped): end-effector delta xyz (2 cm per step
     at 1), delta roll/pitch/yaw (0.1 rad), gripper (-1 open, +1 closed); with control_mode=joint_pos,
     [N, C, 8]: arm joint targets scaled to the joint ranges, then the gripper; with
-    control_mode=ee_delta_yaw, [N, C, 5]: delta xyz, delta yaw, gripper (roll and pitch held).
+    control_mode=ee_delta_yaw, [N, C, 5]: delta xyz, delta yaw, gripper (roll and pitch held); with
+    control_mode=ee_delta_pos, [N, C, 4]: delta xyz, gripper (the hand keeps pointing down, yaw 0).
     Rewards per executed action: sparse gives 1 where the task is done; dense gives the change in
     task progress plus 1 where done (rewards.py). Observation `state` [N, 17]: ee position, ee
     rotation (first two columns), finger gap / max, arm joints; `privileged` [N, 22]: instructed
@@ -107,9 +113,8 @@ class TabletopEnv(VecEnv):
     def action_spec(self) -> ActionSpec:
         if self.cfg.control_mode == "joint_pos":
             return ActionSpec(8, names=tuple(f"joint{i}" for i in range(1, 8)) + ("gripper",))
-        if self.cfg.control_mode == "ee_delta_yaw":
-            return ActionSpec(5, names=tuple(EE_DELTA_NAMES[i] for i in YAW_MODE_DIMS))
-        return ActionSpec(7, names=EE_DELTA_NAMES)
+        dims = EE_MODE_DIMS[self.cfg.control_mode]
+        return ActionSpec(len(dims), names=tuple(EE_DELTA_NAMES[i] for i in dims))
 
     @property
     def observation_spec(self) -> dict[str, TensorSpec]:
@@ -250,6 +255,9 @@ class TabletopEnv(VecEnv):
             self.physics.qpos[rows[:, None], self.idx.cube_qpos[cube_color][:, None] + np.arange(3, 7)],
             [1.0, 0.0, 0.0, 0.0],
         )
+        # q and -q are the same rotation and MuJoCo does not pick one: observe the w >= 0 half so
+        # the policy's input does not jump when the integrator flips the sign.
+        quat = np.where(quat[:, :1] < 0, -quat, quat)
         main, goal = pos[rows, self._main_slot], pos[rows, self._goal_slot]
         return rewards.TaskFrame(self._task, ee, main, quat, goal, travel, gap)
 
@@ -289,9 +297,9 @@ class TabletopEnv(VecEnv):
             low, high = ARM_JOINT_RANGES.T
             p.ctrl[:, :7] = low + (action[:, :7] + 1.0) * 0.5 * (high - low)
         else:
-            if self.cfg.control_mode == "ee_delta_yaw":  # roll and pitch deltas held at zero
+            if self.cfg.control_mode != "ee_delta":  # the dimensions the mode drops are held at zero
                 full = np.zeros((action.shape[0], len(EE_DELTA_NAMES)), dtype=action.dtype)
-                full[:, YAW_MODE_DIMS] = action
+                full[:, EE_MODE_DIMS[self.cfg.control_mode]] = action
                 action = full
             ee_pos, ee_rot = self._ee_pose()
             jac = hinge_jacobian(p.xanchor[:, idx.arm_joint], p.xaxis[:, idx.arm_joint], ee_pos)
@@ -352,16 +360,17 @@ class TabletopEnv(VecEnv):
 
     # ---- experts and video -------------------------------------------------------------------------
     def expert_actions(self) -> torch.Tensor:
-        """The scripted expert's next action [N, A] for each env (ee_delta: 7-D, ee_delta_yaw: 5-D)."""
+        """The scripted expert's next action [N, A] in the env's end-effector control mode."""
         if self.cfg.control_mode == "joint_pos":
             raise UserError(
                 "the tabletop scripted expert acts in end-effector space; set env.control_mode=ee_delta "
-                "or ee_delta_yaw"
+                "(or ee_delta_yaw / ee_delta_pos)"
             )
         c = self._controller
         action = self._expert.act(self._frame(), c.target_pos, c.target_rot)  # [N, 7], roll/pitch zero
-        if self.cfg.control_mode == "ee_delta_yaw":
-            action = action[:, YAW_MODE_DIMS]
+        # ee_delta_pos drops the expert's turn to the cube's faces: the hand grasps a yawed cube across
+        # (the 8 cm opening spans a 4.5 cm cube at the 30-degree maximum yaw).
+        action = action[:, EE_MODE_DIMS[self.cfg.control_mode]]
         return torch.from_numpy(np.ascontiguousarray(action))
 
     def render(self, env_ids: torch.Tensor | None = None) -> torch.Tensor:

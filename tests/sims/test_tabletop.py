@@ -174,7 +174,7 @@ def test_dense_reward_is_progress_difference_plus_success_bonus():
 
 
 def test_ee_delta_yaw_mode_holds_roll_and_pitch_and_the_expert_still_succeeds():
-    from embodrl.sims.tabletop.env import YAW_MODE_DIMS
+    from embodrl.sims.tabletop.env import EE_MODE_DIMS
 
     full = make_env(EnvConfig(task="pick", num_envs=4, num_threads=1))
     yaw = make_env(EnvConfig(task="pick", num_envs=4, num_threads=1, control_mode="ee_delta_yaw"))
@@ -183,13 +183,27 @@ def test_ee_delta_yaw_mode_holds_roll_and_pitch_and_the_expert_still_succeeds():
     full.reset_to(ids)
     yaw.reset_to(ids)
     expert = full.expert_actions()
-    assert torch.equal(yaw.expert_actions(), expert[:, YAW_MODE_DIMS])
+    assert torch.equal(yaw.expert_actions(), expert[:, EE_MODE_DIMS["ee_delta_yaw"]])
     # The expert barely rolls or pitches (it corrects drift of ~1e-6), so the 5-D mode loses nothing.
     assert expert[:, 3:5].abs().max() < 1e-3
     a = full.step(expert[:, None])
-    b = yaw.step(expert[:, None, YAW_MODE_DIMS])
+    b = yaw.step(expert[:, None, EE_MODE_DIMS["ee_delta_yaw"]])
     assert torch.allclose(a.obs["state"], b.obs["state"], atol=1e-4)
     successes = torch.zeros(4, dtype=torch.bool)
     for _ in range(80):
         successes |= yaw.step(yaw.expert_actions()[:, None]).success
+    assert successes.all()
+
+
+def test_ee_delta_pos_mode_keeps_the_hand_down_and_the_expert_grasps_yawed_cubes():
+    env = make_env(EnvConfig(task="pick", num_envs=8, num_threads=1, control_mode="ee_delta_pos"))
+    assert env.action_spec.names == ("dx", "dy", "dz", "gripper")
+    env.reset_to(torch.arange(8))
+    start_rot = env.reset_to(torch.arange(8))["state"][:, 3:9].clone()
+    successes = torch.zeros(8, dtype=torch.bool)
+    for _ in range(80):
+        res = env.step(env.expert_actions()[:, None])
+        successes |= res.success
+        if not res.done.any():  # the hand's orientation (state[3:9]) is held while the episode runs
+            assert torch.allclose(res.obs["state"][:, 3:9], start_rot, atol=0.05)
     assert successes.all()
