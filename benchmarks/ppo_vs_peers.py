@@ -2,14 +2,18 @@
 
 Every library trains the same actor-critic (separate 64x64 tanh MLPs, state-independent std
 starting at 1) on one env for the same number of env-steps with CleanRL's MuJoCo PPO settings:
-2048 steps per rollout, 10 epochs of 32 minibatches (64 samples), Adam lr 3e-4 (eps 1e-5 where
-settable) held constant, gamma 0.99, GAE lambda 0.95, ratio clip 0.2, value clip 0.2, effective
-value loss 0.25 * MSE, no entropy bonus, grad-norm 0.5, advantages normalized. Peers come from
-the `bench` extra (`pip install -e .[bench]`); a peer that is not installed is skipped with the
-reason. Normalization is each library's own, as its users would run it:
-- embodrl: none (the on-policy runner has no running observation or reward normalization).
-- stable-baselines3: VecNormalize, observations and rewards (clip 10), as CleanRL and rl-zoo.
-- rsl-rl-lib: EmpiricalNormalization of observations (actor and critic); it has no reward one.
+2048 steps per rollout carried across rollouts, 10 epochs of 32 minibatches (64 samples), Adam lr
+3e-4 (eps 1e-5 where settable) annealed linearly to 0, gamma 0.99, GAE lambda 0.95, ratio clip 0.2,
+value clip 0.2, effective value loss 0.25 * MSE, no entropy bonus, grad-norm 0.5, advantages
+normalized per minibatch, orthogonal initialization, observations normalized by running mean/std
+(clip 10), rewards scaled by the running std of the discounted return (clip 10). Peers come from the
+`bench` extra (`pip install -e .[bench]`); a peer that is not installed is skipped with the reason.
+What each library can do of that:
+- embodrl: all of it (algo.obs_normalization, algo.reward_scaling, algo.normalize_advantages=minibatch,
+  algo.lr_schedule=linear, policy.gaussian.init=orthogonal).
+- stable-baselines3: all of it (VecNormalize, as CleanRL and rl-zoo; lr as a function of progress).
+- rsl-rl-lib: EmpiricalNormalization of observations only, no reward scaling, a fixed lr, PyTorch's
+  default initialization.
 "Return" is the mean undiscounted env reward of the last 10 finished training episodes (stochastic
 policy), read from the raw env in every library. "Wall" is the training loop alone (rollouts and
 updates; model building excluded); embodrl's whole `learn()`, which adds checkpoints, a one-episode
@@ -44,7 +48,7 @@ TIMED_STAGES = ("rollout", "inference", "env_step", "update")  # embodrl's per-i
 
 @dataclass(frozen=True)
 class PPOSettings:
-    """CleanRL's ppo_continuous_action defaults (except its lr annealing), applied to every library."""
+    """CleanRL's ppo_continuous_action defaults, applied to every library as far as it can."""
 
     rollout_steps: int = 2048  # per env, one env
     num_epochs: int = 10
@@ -57,6 +61,8 @@ class PPOSettings:
     max_grad_norm: float = 0.5
     hidden_dims: tuple[int, ...] = (64, 64)
     init_std: float = 1.0
+    obs_clip: float = 10.0  # on normalized observations
+    reward_clip: float = 10.0  # on scaled rewards
 
     @property
     def minibatch_size(self) -> int:
@@ -93,6 +99,9 @@ def run_embodrl(s: PPOSettings, iterations: int, seed: int, threads: int, workdi
         f"policy.gaussian.hidden_dims={hidden}",
         "policy.gaussian.activation=tanh",
         f"policy.gaussian.init_std={s.init_std}",
+        "policy.gaussian.init=orthogonal",
+        f"policy.obs_clip={s.obs_clip}",
+        "policy.state_std_min=0",  # CleanRL divides by sqrt(var + 1e-8): no floor
         f"policy.value_hidden_dims={hidden}",
         "algo.name=ppo",
         f"algo.gamma={s.gamma}",
@@ -106,6 +115,11 @@ def run_embodrl(s: PPOSettings, iterations: int, seed: int, threads: int, workdi
         f"algo.max_grad_norm={s.max_grad_norm}",
         f"algo.actor_lr={s.lr}",
         f"algo.critic_lr={s.lr}",
+        "algo.lr_schedule=linear",
+        "algo.normalize_advantages=minibatch",
+        "algo.obs_normalization=true",
+        "algo.reward_scaling=true",
+        f"algo.reward_clip={s.reward_clip}",
         "algo.critic_warmup_iters=0",
         "algo.target_kl=null",
         f"algo.num_epochs={s.num_epochs}",
@@ -150,12 +164,15 @@ def run_sb3(s: PPOSettings, iterations: int, seed: int) -> Result:
 
     # Monitor sits inside VecNormalize, so the episode returns it records are raw env rewards.
     venv = VecNormalize(
-        DummyVecEnv([lambda: Monitor(make_env())]), gamma=s.gamma, clip_obs=10, clip_reward=10
+        DummyVecEnv([lambda: Monitor(make_env())]),
+        gamma=s.gamma,
+        clip_obs=s.obs_clip,
+        clip_reward=s.reward_clip,
     )
     model = PPO(
         "MlpPolicy",
         venv,
-        learning_rate=s.lr,
+        learning_rate=lambda progress_remaining: progress_remaining * s.lr,  # linear to 0
         n_steps=s.rollout_steps,
         batch_size=s.minibatch_size,
         n_epochs=s.num_epochs,
@@ -272,9 +289,9 @@ def run_rsl_rl(s: PPOSettings, iterations: int, seed: int) -> Result:
 # ---- the comparison -------------------------------------------------------------------------------
 PEERS = {"stable-baselines3": ("stable_baselines3", run_sb3), "rsl-rl-lib": ("rsl_rl", run_rsl_rl)}
 NORMALIZATION = {
-    "embodrl": "none (runner has none)",
-    "stable-baselines3": "obs + reward (VecNormalize)",
-    "rsl-rl-lib": "obs (EmpiricalNormalization)",
+    "embodrl": "obs + reward, linear lr, orthogonal init",
+    "stable-baselines3": "obs + reward (VecNormalize), linear lr, orthogonal init",
+    "rsl-rl-lib": "obs (EmpiricalNormalization), fixed lr, default init",
 }
 
 
@@ -295,7 +312,7 @@ def summarize(results: list[Result]) -> None:
     ours_return = statistics.mean(r.final_return for r in ours)
     ours_wall = statistics.mean(r.wall_s for r in ours)
     print(
-        f"\n| library | normalization | return (last {LAST_EPISODES} episodes) | wall s | env-steps/s "
+        f"\n| library | CleanRL details | return (last {LAST_EPISODES} episodes) | wall s | env-steps/s "
         "| wall / embodrl | return - embodrl |"
     )
     print("|---|---|---|---|---|---|---|")

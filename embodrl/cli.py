@@ -46,11 +46,15 @@ def cmd_rollout(args: argparse.Namespace) -> None:
     print((run_dir / "summary.json").read_text())
 
 
-def _run_config(args: argparse.Namespace):
-    """(config, run folder): a new run folder, or the one being resumed with its saved config."""
+def _run_config(args: argparse.Namespace, distributed: bool = False):
+    """(config, run folder): a new run folder, or the one being resumed with its saved config.
+
+    distributed: under torchrun (WORLD_SIZE > 1) join the process group first, so that rank 0 alone
+    makes the run folder and every rank trains into it."""
     from pathlib import Path
 
     from embodrl.config import compose, make_run_dir
+    from embodrl.engine.distributed import from_main, init_from_env
 
     experiment, overrides = _experiment_and_overrides(args.config)
     if args.resume:
@@ -59,17 +63,30 @@ def _run_config(args: argparse.Namespace):
             raise UserError(f"--resume {run_dir}: not a run folder (config.yaml is missing)")
         if experiment is not None:
             raise UserError("--resume continues a run with its saved config; pass only key=value overrides")
-        return compose(str(run_dir / "config.yaml"), overrides), run_dir
-    cfg = compose(experiment, overrides)
-    return cfg, make_run_dir(cfg)
+        cfg = compose(str(run_dir / "config.yaml"), overrides)
+    else:
+        cfg = compose(experiment, overrides)
+    if distributed:
+        init_from_env(cfg.device)
+    if args.resume:
+        return cfg, run_dir
+    return cfg, from_main(lambda: make_run_dir(cfg))
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    from embodrl.engine import distributed
     from embodrl.train.pipeline import train
 
-    cfg, run_dir = _run_config(args)
-    print(f"run folder: {run_dir}")
-    final = train(cfg, run_dir, resume=bool(args.resume))
+    cfg, run_dir = _run_config(args, distributed=True)
+    main = distributed.is_main()  # under torchrun only rank 0 reports
+    if main:
+        print(f"run folder: {run_dir}")
+    try:
+        final = train(cfg, run_dir, resume=bool(args.resume))
+    finally:
+        distributed.close()
+    if not main:
+        return
     rl = f"{final['eval/success']:.1%}"
     start = f"SFT {final['sft/success']:.1%} -> RL " if "sft/success" in final else ""
     print(f"success: {start}{rl} (deterministic, {cfg.train.eval_episodes} fixed episodes)")
@@ -226,7 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
         "clipped-PPO epochs, periodic deterministic evaluation, checkpoints every train.save_every "
         "iterations (and on Ctrl-C or a crash), TensorBoard logs, metrics.jsonl and a learning curve. "
         "Start from a checkpoint with policy.init_from=DIR, or give sft.dataset=DIR to run behaviour cloning "
-        "first (into RUN/sft/) and RL from its result. " + OVERRIDES_HELP,
+        "first (into RUN/sft/) and RL from its result. Data-parallel on K processes or GPUs: "
+        "torchrun --nproc_per_node=K -m embodrl.cli train ... (each rank steps env.num_envs envs of its own; "
+        "gradients averaged over ranks; rank 0 writes the run folder). " + OVERRIDES_HELP,
     )
     p.add_argument(
         "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"
@@ -340,8 +359,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+POSITIONAL_LISTS = ("config", "overrides", "options")  # each command's trailing key=value list
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # Overrides may follow options (`collect X --out d env.num_envs=8`): argparse leaves such trailing
+    # positionals unparsed, so they join the command's positional list; unknown flags stay errors.
+    rest = next((name for name in POSITIONAL_LISTS if isinstance(getattr(args, name, None), list)), None)
+    flags = [a for a in extra if a.startswith("-")]
+    if flags or (extra and rest is None):
+        parser.error(f"unrecognized arguments: {' '.join(flags or extra)}")
+    if extra:
+        getattr(args, rest).extend(extra)
     try:
         args.func(args)
     except UserError as e:

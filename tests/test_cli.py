@@ -59,6 +59,16 @@ def test_rollout_expert_writes_videos_and_summary(tmp_path, capsys):
     assert (run_dir / "episode_000.mp4").stat().st_size > 0 and (run_dir / "config.yaml").is_file()
 
 
+def test_overrides_may_follow_options_and_unknown_flags_still_fail(tmp_path, capsys):
+    args = ["rollout", "--episodes", "1", f"run_root={tmp_path}", "env.task=reach", "env.num_envs=1"]
+    assert main(args) == 0
+    (run_dir,) = (tmp_path / "default").iterdir()
+    assert "task: reach" in (run_dir / "config.yaml").read_text()
+    with pytest.raises(SystemExit):
+        main(["rollout", "--episodes", "1", "--no-such-flag"])
+    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+
+
 def test_collect_sft_eval_chain(tmp_path, capsys):
     data = tmp_path / "demos"
     common = [

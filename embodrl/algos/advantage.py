@@ -34,9 +34,10 @@ class AdvantageOut:
 
 
 def compute_advantages(rollout: TensorDict, last_value: torch.Tensor | None, cfg: AlgoConfig) -> AdvantageOut:
-    """Run the estimator named by `cfg.advantage`, then normalize over valid samples if configured."""
+    """Run the estimator named by `cfg.advantage`, then normalize over the rollout's valid samples if
+    `cfg.normalize_advantages` is "rollout" (PPO normalizes "minibatch" itself, per minibatch)."""
     out = registry.get("advantage", cfg.estimator)(rollout, last_value, cfg)
-    if cfg.normalize_advantages:
+    if cfg.normalize_advantages == "rollout":
         out.advantages = normalize_advantages(out.advantages, out.mask, cfg.eps)
     return out
 

@@ -16,6 +16,11 @@ ALGORITHMS = ("ppo", "grpo")
 DEFAULT_ADVANTAGE = {"ppo": "gae", "grpo": "grpo"}
 REWARD_TYPES = ("action", "chunk")
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean")
+# rollout: over all valid samples of the rollout; minibatch: within each minibatch (CleanRL, SB3); none
+ADVANTAGE_NORMALIZATIONS = ("rollout", "minibatch", "none")
+# YAML written before the choice existed held a bool (OmegaConf hands it over as "True"/"False")
+_LEGACY_ADVANTAGE_NORMALIZATION = {"true": "rollout", "false": "none"}
+LR_SCHEDULES = ("constant", "linear")  # linear: from the set rates down to 0 at train.iterations
 
 
 @dataclass
@@ -37,10 +42,17 @@ class AlgoConfig:
     value_coef: float = 0.5
     entropy_coef: float = 0.0
     kl_coef: float = 0.0  # KL to a frozen reference policy (k3 estimator); 0: off
-    normalize_advantages: bool = True  # over all valid samples of the rollout
+    normalize_advantages: str = "rollout"  # ADVANTAGE_NORMALIZATIONS
     max_grad_norm: float | None = 1.0
     actor_lr: float = 1e-4
     critic_lr: float = 1e-3
+    lr_schedule: str = "constant"  # LR_SCHEDULES
+    # Running mean/std of the rollouts' `state`/`privileged` written into the policy's own normalizers
+    # after every update (RL from scratch: it replaces stats a checkpoint brought; needs mean_std).
+    obs_normalization: bool = False
+    # Rewards divided by the running std of the discounted return, then clipped (SB3 VecNormalize, CleanRL)
+    reward_scaling: bool = False
+    reward_clip: float = 10.0
     critic_warmup_iters: int = 5  # first iterations update only the critic
     target_kl: float | None = 0.05  # stop the epochs of an update once approx-KL exceeds it
     num_epochs: int = 4
@@ -65,6 +77,10 @@ class AlgoConfig:
         check_choice("algo.reward_type", self.reward_type, REWARD_TYPES)
         check_choice("algo.value_loss", self.value_loss, registry.names("value_loss"))
         check_choice("algo.loss_agg", self.loss_agg, LOSS_AGGREGATIONS)
+        legacy = str(self.normalize_advantages).lower()
+        self.normalize_advantages = _LEGACY_ADVANTAGE_NORMALIZATION.get(legacy, self.normalize_advantages)
+        check_choice("algo.normalize_advantages", self.normalize_advantages, ADVANTAGE_NORMALIZATIONS)
+        check_choice("algo.lr_schedule", self.lr_schedule, LR_SCHEDULES)
         _check_unit_interval("algo.gamma", self.gamma)
         _check_unit_interval("algo.gae_lambda", self.gae_lambda)
         check_positive("algo.clip_eps_low", self.clip_eps_low, allow_zero=True)
@@ -78,6 +94,7 @@ class AlgoConfig:
                 check_positive(f"algo.{key}", getattr(self, key))
         for key in ("huber_delta", "actor_lr", "critic_lr", "num_epochs", "minibatch_size", "eps"):
             check_positive(f"algo.{key}", getattr(self, key))
+        check_positive("algo.reward_clip", self.reward_clip)
         for key in ("value_coef", "entropy_coef", "kl_coef", "critic_warmup_iters"):
             check_positive(f"algo.{key}", getattr(self, key), allow_zero=True)
         if self.group_size < 2:

@@ -2,8 +2,10 @@
 
 Works on any policy that follows the Policy contract (`evaluate`, `critic_parameters`) without
 importing policies: it is math on the rollout TensorDict. Details that matter, named where they
-happen: separate actor/critic learning rates, critic-only warm-up iterations, grad-norm clipping,
-target-KL early stop of the actor epochs, and a ratio check on the first minibatch (must be 1).
+happen: separate actor/critic learning rates (constant or annealed linearly to 0), critic-only warm-up
+iterations, reward scaling and advantage normalization (per rollout or per minibatch), grad-norm
+clipping, target-KL early stop of the actor epochs, a ratio check on the first minibatch (must be 1),
+and running observation normalization updated after the epochs (algos/running_stats.py).
 
 Samples from an asynchronous rollout carry the weight `version` that produced them. Where it is
 older than the actor's (`iteration`: the number of updates done), the update uses decoupled PPO
@@ -17,16 +19,20 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
+import torch.distributed as dist
 from tensordict import TensorDict
 from torch import nn
 
-from embodrl.algos.advantage import compute_advantages
+from embodrl.algos.advantage import compute_advantages, normalize_advantages
 from embodrl.algos.config import AlgoConfig
 from embodrl.algos.ppo_loss import ppo_loss
+from embodrl.algos.running_stats import RewardScaler, RunningObsNormalization
 from embodrl.data.rollout_buffer import RolloutBuffer
+from embodrl.errors import UserError
 
 if TYPE_CHECKING:
     from embodrl.engine.data_parallel import DataParallel
@@ -44,8 +50,15 @@ class PPO:
         reference: nn.Module | None = None,
         data_parallel: DataParallel | None = None,
         bf16: bool = False,
+        total_iterations: int = 0,
+        continue_episodes: bool = False,
     ) -> None:
+        """total_iterations: where algo.lr_schedule=linear reaches 0; continue_episodes: rollouts carry
+        episodes over (the reward scaler's running return then carries over too)."""
         self.policy, self.cfg, self.data_parallel = policy, cfg, data_parallel
+        if cfg.lr_schedule == "linear" and total_iterations < 1:
+            raise ValueError("algo.lr_schedule='linear' needs total_iterations (train.iterations)")
+        self.total_iterations, self.continue_episodes = total_iterations, continue_episodes
         # bf16 autocast of the update's forward passes (train.precision); the loss stays fp32
         device_type = next(policy.parameters()).device.type
         self._autocast = lambda: torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16)
@@ -54,11 +67,17 @@ class PPO:
         critic = {id(p) for p in policy.critic_parameters()}
         actor_params = [p for p in policy.parameters() if id(p) not in critic and p.requires_grad]
         self._actor_params = actor_params
+        self._params = list(policy.parameters())  # walked once: named_parameters() per minibatch adds up
         groups = [{"params": actor_params, "lr": cfg.actor_lr, "name": "actor"}]
         if cfg.uses_critic:
             critic_params = [p for p in policy.critic_parameters() if p.requires_grad]
             groups.append({"params": critic_params, "lr": cfg.critic_lr, "name": "critic"})
         self.optimizer = torch.optim.Adam(groups, eps=1e-5)
+        self.base_lrs = [group["lr"] for group in groups]
+        self.obs_normalization = (
+            RunningObsNormalization(policy.normalizers) if cfg.obs_normalization else None
+        )
+        self.reward_scaler = RewardScaler(cfg.gamma, cfg.reward_clip) if cfg.reward_scaling else None
         self.reference = reference
         if cfg.kl_coef > 0 and reference is None:  # KL to the policy we started from
             self.reference = copy.deepcopy(policy).requires_grad_(False).eval()
@@ -67,6 +86,12 @@ class PPO:
         """Compute advantages into the buffer, then optimize; returns mean metrics of the update."""
         cfg = self.cfg
         data = buffer.data
+        self._set_learning_rates(iteration)
+        if self.reward_scaler is not None:
+            done = data["terminated"] | data["truncated"]
+            data["reward"] = self.reward_scaler.scale(
+                data["reward"], data["steps_executed"], done, self.continue_episodes, self._reduce()
+            )
         data.update(compute_advantages(data, buffer.last_value, cfg).to_tensordict())
         data["prox_logprob"] = self._proximal_logprob(data, iteration)
         critic_only = cfg.uses_critic and iteration < cfg.critic_warmup_iters
@@ -74,10 +99,16 @@ class PPO:
         count, stopped_early, first = 0, False, None
         for _ in range(cfg.num_epochs):
             for batch in buffer.minibatches(cfg.minibatch_size, generator):
-                batch = batch[batch["mask"]]
+                if not bool(batch["mask"].all()):  # GAE keeps every sample: skip the copy then
+                    batch = batch[batch["mask"]]
+                if cfg.normalize_advantages == "minibatch":  # over the whole minibatch, before sharding
+                    valid = torch.ones_like(batch["advantages"], dtype=torch.bool)
+                    batch["advantages"] = normalize_advantages(batch["advantages"], valid, cfg.eps)
+                empty = batch.batch_size[0] == 0
                 if self.data_parallel is not None:
                     batch = self.data_parallel.shard(batch)
-                if batch.batch_size[0] == 0:
+                    empty = self.data_parallel.any_empty(batch)  # every rank skips it, or none does
+                if empty:
                     continue
                 out = self._loss(batch, critic_only)
                 if first is None:
@@ -95,23 +126,45 @@ class PPO:
                     for p in self._actor_params:
                         p.grad = None
                 if cfg.max_grad_norm is not None:
-                    sums["grad_norm"] += float(
-                        nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-                    )
+                    sums["grad_norm"] += float(nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm))
                 self.optimizer.step()
                 for key, value in out.metrics().items():
                     sums[key] += value
                 count += 1
             if stopped_early:
                 break
+        if self.obs_normalization is not None:  # after the epochs: the next rollout acts with the new stats
+            self.obs_normalization.update(data["obs"], self._reduce())
         metrics = {key: value / max(count, 1) for key, value in sums.items()}
         metrics.update(
             minibatches=float(count),
             stopped_early=float(stopped_early),
             critic_only=float(critic_only),
             ratio0_maxdev=first if first is not None else 0.0,
+            actor_lr=self.optimizer.param_groups[0]["lr"],
         )
         return metrics
+
+    def _reduce(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """Sum over ranks for the running statistics when every rank collected its own rollout."""
+        if self.data_parallel is None or self.data_parallel.shared_rollout:
+            return None
+        device = self.data_parallel.device  # NCCL reduces CUDA tensors only
+
+        def sum_over_ranks(x: torch.Tensor) -> torch.Tensor:
+            x = x.to(device, copy=True)
+            dist.all_reduce(x)
+            return x.cpu()
+
+        return sum_over_ranks
+
+    def _set_learning_rates(self, iteration: int) -> None:
+        """algo.lr_schedule: constant, or linear from the set rates to 0 at total_iterations (CleanRL's
+        annealing: update i of n runs at (1 - i / n) x the rate). A function of the iteration alone, so a
+        resumed run continues the schedule exactly."""
+        frac = 1.0 - iteration / self.total_iterations if self.cfg.lr_schedule == "linear" else 1.0
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+            group["lr"] = base * max(frac, 0.0)
 
     @torch.no_grad()
     def _proximal_logprob(self, data: TensorDict, version: int) -> torch.Tensor:
@@ -160,7 +213,22 @@ class PPO:
         return weight if cap is None else weight.clamp(max=cap)
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict()}
+        state = {"optimizer": self.optimizer.state_dict()}
+        if self.obs_normalization is not None:
+            state["obs_normalization"] = self.obs_normalization.state_dict()
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        for key, part in (
+            ("obs_normalization", self.obs_normalization),
+            ("reward_scaler", self.reward_scaler),
+        ):
+            if part is not None:
+                if key not in state:
+                    raise UserError(
+                        f"the checkpoint has no {key} state: it was trained with algo.{key}=false"
+                    )
+                part.load_state_dict(state[key])

@@ -8,6 +8,9 @@ from embodrl.errors import ConfigError
 SCHEDULES = ("sequential", "pipelined", "async")
 TRANSPORTS = ("inproc", "multiprocess", "ray")
 PLACEMENTS = ("colocated", "disaggregated")
+# Under torchrun every rank keeps whole weights, for its rollouts, and rank 0 for checkpoints and evaluation.
+# FSDP (engine/data_parallel.py) needs full weights gathered for those: not wired into the runner yet.
+RUNNER_DATA_PARALLEL = ("ddp",)
 
 
 @dataclass
@@ -38,12 +41,16 @@ class EngineConfig:
     rollout_device: str = ""  # "" = the experiment's device
     env_timeout_s: float = 600.0  # an env worker silent for this long is reported as stalled
     max_retries: int = 2  # retries of an iteration whose env worker failed; then the error is raised
+    # Under `torchrun --nproc_per_node=K -m embodrl.cli train`: how the K actor copies share the update
+    # (each rank collects env.num_envs envs of its own; gradients are averaged over ranks)
+    data_parallel: str = "ddp"
     ray: RayConfig = field(default_factory=RayConfig)
 
     def __post_init__(self) -> None:
         check_choice("engine.schedule", self.schedule, SCHEDULES)
         check_choice("engine.transport", self.transport, TRANSPORTS)
         check_choice("engine.placement", self.placement, PLACEMENTS)
+        check_choice("engine.data_parallel", self.data_parallel, RUNNER_DATA_PARALLEL)
         check_positive("engine.num_stages", self.num_stages)
         check_positive("engine.max_staleness", self.max_staleness, allow_zero=True)
         check_positive("engine.env_timeout_s", self.env_timeout_s)

@@ -165,7 +165,8 @@ class StagedEnv(VecEnv):
         actions = self.check_actions(actions)
         for s in range(self.num_stages):
             self.send_step(s, actions[self.stage_slice(s)])
-        return torch.cat([self.recv_step(s) for s in range(self.num_stages)])
+        results = [self.recv_step(s) for s in range(self.num_stages)]
+        return results[0] if self.num_stages == 1 else torch.cat(results)  # one stage: no copy
 
     def render(self, env_ids: torch.Tensor | None = None) -> torch.Tensor:
         env_ids = torch.arange(self.num_envs) if env_ids is None else torch.as_tensor(env_ids).flatten()

@@ -6,6 +6,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from embodrl.engine.distributed import sum_over_ranks
+
+OUTCOMES = ("return", "length", "success")  # the per-episode means `pop` returns besides the count
+
 
 @dataclass
 class EpisodeTracker:
@@ -41,3 +45,14 @@ class EpisodeTracker:
             "length": sum(lengths) / n,
             "success": sum(successes) / n,
         }
+
+
+def mean_over_ranks(outcomes: dict[str, float]) -> dict[str, float]:
+    """`pop`'s outcomes of every rank's episodes: counts summed, means weighted by them (unchanged in one
+    process)."""
+    n = outcomes["episodes"]
+    # a rank without finished episodes has no means: it adds zero weight
+    totals = sum_over_ranks({"episodes": n, **{k: outcomes[k] * n if n else 0.0 for k in OUTCOMES}})
+    if not totals["episodes"]:
+        return {"episodes": 0.0}
+    return {"episodes": totals["episodes"], **{k: totals[k] / totals["episodes"] for k in OUTCOMES}}

@@ -9,6 +9,7 @@ import torch
 
 from embodrl.errors import UserError
 from embodrl.policies.lora import save_policy
+from embodrl.policies.registry import load_policy
 
 POLICY_DIR = "policy"
 STATE_FILE = "trainer_state.pt"
@@ -35,6 +36,17 @@ def load_trainer_state(directory: Path) -> dict:
     if not path.is_file():
         raise UserError(f"{directory} is not a training checkpoint ({STATE_FILE} is missing)")
     return torch.load(path, weights_only=False)
+
+
+def restore_checkpoint(directory: Path, policy, device: str, generators: dict[str, torch.Generator]) -> dict:
+    """Load the weights and RNG states saved in `directory` into `policy` and `generators`; return the
+    trainer state for the runner's own fields (optimizer, counters)."""
+    state = load_trainer_state(directory)
+    # LoRA adapters stay separate, so the policy keeps training them
+    saved = load_policy(directory / POLICY_DIR, device=device, merge_adapters=False)
+    policy.load_state_dict(saved.state_dict())
+    set_rng_state(state["rng"], generators)
+    return state
 
 
 def rng_state(generators: dict[str, torch.Generator]) -> dict:

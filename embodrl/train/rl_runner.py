@@ -13,7 +13,10 @@ import torch
 from embodrl.algos.ppo import PPO
 from embodrl.config import ExperimentConfig
 from embodrl.data.rollout_buffer import RolloutBuffer
+from embodrl.engine.data_parallel import DataParallel
+from embodrl.engine.distributed import from_main, init_from_env, is_main, rank, rank_seed, sum_over_ranks
 from embodrl.engine.env_client import StagedEnv
+from embodrl.engine.episode_tracker import mean_over_ranks
 from embodrl.engine.faults import collect_with_retries
 from embodrl.engine.schedules import make_schedule
 from embodrl.errors import UserError
@@ -21,13 +24,7 @@ from embodrl.policies.finetune import prepare_finetuning
 from embodrl.policies.registry import load_policy, make_policy
 from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
-from embodrl.train.checkpointing import (
-    POLICY_DIR,
-    load_trainer_state,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from embodrl.train.checkpointing import restore_checkpoint, rng_state, save_checkpoint
 from embodrl.train.evaluation import eval_metrics, evaluate_policy
 from embodrl.train.logger import MetricsLogger, plot_learning_curve
 from embodrl.train.memory import estimate_policy_memory
@@ -66,25 +63,46 @@ def build_policy(cfg: ExperimentConfig, env: VecEnv):
 
 
 class OnPolicyRunner:
-    """Trains a policy with PPO/GRPO in one VecEnv; every iteration starts its episodes from reset_to."""
+    """Trains a policy with PPO/GRPO in one VecEnv; episodes start from reset_to, and with fixed windows
+    (train.rollout_steps > 0, PPO) they carry over from one iteration to the next.
+
+    Under torchrun (WORLD_SIZE > 1) every rank runs one: each steps env.num_envs envs of its own with
+    rank-dependent seeds, the update averages gradients over ranks (engine.data_parallel), and rank 0
+    alone logs, evaluates and writes checkpoints, videos and the learning curve.
+    """
 
     def __init__(self, cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> None:
         self.cfg, self.run_dir = cfg, run_dir
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
-        torch.manual_seed(cfg.seed)
-        self.env = StagedEnv(cfg.env, cfg.engine, device=cfg.device)
+        distributed = init_from_env(cfg.device)
+        torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+        # rank r's envs are the global envs r * N .. r * N + N - 1, seeded as such
+        env_cfg = dataclasses.replace(cfg.env, seed=cfg.env.seed + rank() * cfg.env.num_envs)
+        self.env = StagedEnv(env_cfg, cfg.engine, device=cfg.device)
         self.policy = build_policy(cfg, self.env)
-        self.algo = PPO(self.policy, cfg.algo, bf16=cfg.train.precision == "bf16")
-        # Before the first rollout, so a user sees whether the job fits before it starts.
-        memory = estimate_policy_memory(self.policy, cfg.algo.minibatch_size, cfg.train.precision)
-        print(memory.report(), flush=True)
-        chunk = self.policy.cfg.chunk_size
-        steps = cfg.train.rollout_steps or math.ceil(cfg.env.max_episode_steps / chunk)
-        self.buffer = RolloutBuffer(steps, self.env.num_envs, device=cfg.device)
         # Fixed-length windows (train.rollout_steps > 0) carry episodes across iterations, as standard
         # PPO does; episode-sized rollouts and GRPO groups start every iteration from fresh states.
         continue_episodes = cfg.train.rollout_steps > 0 and cfg.algo.name != "grpo"
+        self.algo = PPO(
+            self.policy,
+            cfg.algo,
+            bf16=cfg.train.precision == "bf16",
+            total_iterations=cfg.train.iterations,
+            continue_episodes=continue_episodes,
+            data_parallel=(
+                DataParallel(self.policy, cfg.engine.data_parallel, shared_rollout=False)
+                if distributed
+                else None
+            ),
+        )
+        # Before the first rollout, so a user sees whether the job fits before it starts.
+        memory = estimate_policy_memory(self.policy, cfg.algo.minibatch_size, cfg.train.precision)
+        if is_main():
+            print(memory.report(), flush=True)
+        chunk = self.policy.cfg.chunk_size
+        steps = cfg.train.rollout_steps or math.ceil(cfg.env.max_episode_steps / chunk)
+        self.buffer = RolloutBuffer(steps, self.env.num_envs, device=cfg.device)
         self.schedule = make_schedule(
             cfg.engine, self.env, self.policy, self.buffer, cfg.device, continue_episodes
         )
@@ -99,7 +117,11 @@ class OnPolicyRunner:
             )
         self.iteration, self.env_steps, self.wall_time, self.env_restarts = 0, 0, 0.0, 0
         if resume:
-            self._restore(run_dir / LAST)
+            self._restore(run_dir / LAST)  # every rank loads the same checkpoint
+        if rank() > 0:  # own action noise and initial states; rank 0 keeps the single-process streams
+            seed = rank_seed(cfg.seed + self.iteration)  # + iteration: a resumed rank does not replay them
+            torch.manual_seed(seed)
+            self.generators["init_states"].manual_seed(seed + 1)
         self.schedule.push_weights(self.policy, self.iteration)  # weight version = updates done
 
     def _initial_states(self) -> torch.Tensor:
@@ -112,12 +134,17 @@ class OnPolicyRunner:
         return torch.randint(self.env.num_init_states, (n,), generator=gen)
 
     def learn(self) -> dict:
+        """Train to train.iterations; returns the final evaluation (rank 0's, on every rank)."""
         cfg = self.cfg
-        logger = MetricsLogger(self.run_dir, cfg.train.iterations, self.iteration, cfg.train.tensorboard)
+        logger = None
+        if is_main():
+            logger = MetricsLogger(self.run_dir, cfg.train.iterations, self.iteration, cfg.train.tensorboard)
         try:
             while self.iteration < cfg.train.iterations:
                 metrics = self._iterate()
                 self.iteration += 1
+                if logger is None:  # another rank: it only collects and trains
+                    continue
                 if cfg.train.eval_every and self.iteration % cfg.train.eval_every == 0:
                     metrics.update(self.evaluate(record=0))
                 logger.log(self.iteration, metrics)
@@ -125,9 +152,13 @@ class OnPolicyRunner:
                     self.save()
         finally:  # nothing lost on a crash or Ctrl-C: the last finished iteration is saved
             self.schedule.close()
-            logger.close()
-            self.save()
-            plot_learning_curve(self.run_dir)
+            if logger is not None:
+                logger.close()
+                self.save()
+                plot_learning_curve(self.run_dir)
+        return from_main(self._final_evaluation)
+
+    def _final_evaluation(self) -> dict[str, float]:
         final = self.evaluate(record=2, video_dir=self.run_dir / "videos")
         (self.run_dir / "final_eval.json").write_text(json.dumps(final, indent=2))
         plot_learning_curve(self.run_dir)
@@ -138,23 +169,24 @@ class OnPolicyRunner:
         rollout, failures = collect_with_retries(
             self.schedule, self._initial_states, self.generators["init_states"], self.cfg.engine.max_retries
         )
-        self.env_restarts += failures
         t_collect = time.perf_counter()
         update = self.algo.update(rollout.buffer, self.iteration, self.generators["minibatch"])
         self.schedule.push_weights(self.policy, self.iteration + 1)
         t_update = time.perf_counter()
         steps = int(rollout.buffer.data["steps_executed"].sum())
-        self.env_steps += steps
+        totals = sum_over_ranks({"steps": float(steps), "restarts": float(failures)})  # under torchrun
+        self.env_steps += int(totals["steps"])
+        self.env_restarts += int(totals["restarts"])
         self.wall_time += t_update - start
         metrics = {f"train/{k}": v for k, v in update.items()}
-        metrics.update({f"rollout/{k}": v for k, v in rollout.episodes.items()})
+        metrics.update({f"rollout/{k}": v for k, v in mean_over_ranks(rollout.episodes).items()})
         metrics.update({f"time/{k}": v for k, v in rollout.timings.items()})
         metrics.update(
             {
                 "time/update": t_update - t_collect,
                 "rollout/env_steps": float(self.env_steps),
                 # the rollout's own wall time: an async rollout was produced while the actor trained
-                "rollout/env_steps_per_s": steps / max(rollout.timings["rollout"], 1e-9),
+                "rollout/env_steps_per_s": totals["steps"] / max(rollout.timings["rollout"], 1e-9),
                 "time/wall": self.wall_time,
                 "engine/env_restarts": float(self.env_restarts),
             }
@@ -181,19 +213,14 @@ class OnPolicyRunner:
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "wall_time": self.wall_time,
+            "env_restarts": self.env_restarts,
             "algo": self.algo.state_dict(),
             "rng": rng_state(self.generators),
         }
         return save_checkpoint(self.run_dir / LAST, self.policy, state)
 
     def _restore(self, directory: Path) -> None:
-        state = load_trainer_state(directory)
-        saved = load_policy(directory / POLICY_DIR, device=self.cfg.device, merge_adapters=False)
-        self.policy.load_state_dict(saved.state_dict())
+        state = restore_checkpoint(directory, self.policy, self.cfg.device, self.generators)
         self.algo.load_state_dict(state["algo"])
-        set_rng_state(state["rng"], self.generators)
-        self.iteration, self.env_steps, self.wall_time = (
-            state["iteration"],
-            state["env_steps"],
-            state["wall_time"],
-        )
+        self.iteration, self.env_steps = state["iteration"], state["env_steps"]
+        self.wall_time, self.env_restarts = state["wall_time"], state["env_restarts"]

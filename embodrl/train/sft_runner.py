@@ -9,20 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tensordict import TensorDict
 from torch.utils.data import DataLoader, Subset
 
 from embodrl.config import ExperimentConfig
 from embodrl.data.chunk_dataset import ActionChunkDataset, collate_chunks
 from embodrl.data.lerobot_dataset import LeRobotDataset
+from embodrl.engine.distributed import launched_by_torchrun
 from embodrl.errors import UserError
 from embodrl.sims.registry import make_env
-from embodrl.train.checkpointing import (
-    POLICY_DIR,
-    load_trainer_state,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from embodrl.train.checkpointing import restore_checkpoint, rng_state, save_checkpoint
 from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
 from embodrl.train.logger import MetricsLogger
 from embodrl.train.memory import estimate_policy_memory
@@ -55,6 +51,11 @@ class SFTRunner:
         self.cfg, self.run_dir, sft = cfg, run_dir, cfg.sft
         if not sft.dataset:
             raise UserError("set sft.dataset=<folder written by `embodrl collect`>")
+        if launched_by_torchrun():
+            raise UserError(
+                "SFT runs in one process: run `embodrl sft` (or `embodrl train` without torchrun) first, "
+                "then torchrun `embodrl train` with policy.init_from=<its checkpoints/last/policy>"
+            )
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.seed)
@@ -92,33 +93,38 @@ class SFTRunner:
         if resume:
             self._restore(run_dir / LAST)
 
-    def _batches(self):
+    def batches(self):
+        """Training batches, endlessly (the loader reshuffles every epoch)."""
         while True:
             yield from self.loader
 
-    def learn(self) -> dict:
+    def train_step(self, batch: TensorDict) -> float:
+        """One optimizer step on `batch` (clipped gradients, scheduler advanced); returns the loss."""
         sft, device = self.cfg.sft, torch.device(self.cfg.device)
+        batch = batch.to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=sft.precision == "bf16"):
+            loss = self.policy.sft_loss(batch)
+        if not torch.isfinite(loss):
+            raise UserError(f"SFT loss became {loss.item()} at step {self.step}; lower sft.lr")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), sft.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        return loss.item()
+
+    def learn(self) -> dict:
+        sft = self.cfg.sft
         logger = MetricsLogger(self.run_dir, sft.steps, self.step, self.cfg.train.tensorboard)
-        autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=sft.precision == "bf16")
         self.policy.train()
         log_every = max(1, min(50, sft.steps // 20))
         losses, started, seen = [], time.perf_counter(), 0
         try:
-            for batch in self._batches():
+            for batch in self.batches():
                 if self.step >= sft.steps:
                     break
-                batch = batch.to(device)
-                with autocast:
-                    loss = self.policy.sft_loss(batch)
-                if not torch.isfinite(loss):
-                    raise UserError(f"SFT loss became {loss.item()} at step {self.step}; lower sft.lr")
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), sft.max_grad_norm)
-                self.optimizer.step()
-                self.scheduler.step()
-                self.step += 1
-                losses.append(loss.item())
+                losses.append(self.train_step(batch))
                 seen += batch.batch_size[0]
                 metrics = {}
                 if self.step % log_every == 0 or self.step == sft.steps:
@@ -162,12 +168,7 @@ class SFTRunner:
         return save_checkpoint(self.run_dir / LAST, self.policy, state)
 
     def _restore(self, directory: Path) -> None:
-        from embodrl.policies.registry import load_policy
-
-        state = load_trainer_state(directory)
-        saved = load_policy(directory / POLICY_DIR, device=self.cfg.device, merge_adapters=False)
-        self.policy.load_state_dict(saved.state_dict())
+        state = restore_checkpoint(directory, self.policy, self.cfg.device, {"loader": self.generator})
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"], {"loader": self.generator})
         self.step = state["step"]

@@ -24,6 +24,15 @@ from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
 from embodrl.policies.modules.sft import check_action_batch, masked_mean
 
 
+def orthogonal_init(net: nn.Sequential, output_gain: float) -> None:
+    """CleanRL's layer_init on an MLP: orthogonal weights, gain sqrt(2) on hidden layers, `output_gain`
+    on the last one; zero biases."""
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    for i, layer in enumerate(linears):
+        nn.init.orthogonal_(layer.weight, gain=output_gain if i == len(linears) - 1 else math.sqrt(2))
+        nn.init.zeros_(layer.bias)
+
+
 class GaussianPolicy(CheckpointMixin, Policy):
     """Actor-critic with a Gaussian actor; replay stores the sampled normalized chunk."""
 
@@ -47,11 +56,15 @@ class GaussianPolicy(CheckpointMixin, Policy):
         self.log_std = nn.Parameter(torch.full(self.chunk_shape, math.log(gcfg.init_std)))  # [C, A]
         critic_in = (self.value_encoder or self.encoder).out_dim
         self.critic = ValueHead(critic_in, cfg.value_hidden_dims)
+        if gcfg.init == "orthogonal":
+            orthogonal_init(self.actor, output_gain=0.01)
+            orthogonal_init(self.critic.net, output_gain=1.0)
         self.to(device)
 
     def _distribution(self, features: torch.Tensor) -> torch.distributions.Normal:
         mean = self.actor(features).view(-1, *self.chunk_shape)  # [N, C, A] normalized units
-        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+        # no argument validation: it costs ~40 us per call, a quarter of a one-env decision's inference
+        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean), validate_args=False)
 
     def _value(self, obs: TensorDict, features: torch.Tensor) -> torch.Tensor:
         return self.critic(features if self.value_encoder is None else self.value_encoder(obs))

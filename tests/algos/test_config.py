@@ -39,6 +39,9 @@ def test_defaults_are_valid_and_pick_the_algorithms_estimator():
         ("grpo_success_range", (0.9, 0.1)),
         ("grpo_success_range", (0.1, 0.5, 0.9)),
         ("eps", 0.0),
+        ("normalize_advantages", "batch"),
+        ("lr_schedule", "cosine"),
+        ("reward_clip", 0.0),
     ],
 )
 def test_bad_values_raise_config_error_naming_the_key(key, value):
@@ -70,3 +73,10 @@ def test_registry_resolves_lazily_and_accepts_new_entries():
         assert AlgoConfig(advantage="test-zero").estimator == "test-zero"
     finally:
         registry._ENTRIES["advantage"].pop("test-zero")
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"), [(True, "rollout"), ("True", "rollout"), (False, "none"), ("false", "none")]
+)
+def test_advantage_normalization_reads_the_old_bool_spellings(value, mode):
+    assert AlgoConfig(normalize_advantages=value).normalize_advantages == mode

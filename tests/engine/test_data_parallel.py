@@ -1,16 +1,20 @@
 import copy
 import itertools
+from collections import Counter
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from tensordict import TensorDict
+from torch.distributed.fsdp import FSDPModule
 
 from embodrl.algos.ppo import PPO
 from embodrl.data.rollout_buffer import RolloutBuffer
-from embodrl.engine.data_parallel import STRATEGIES, DataParallel
+from embodrl.engine.data_parallel import STRATEGIES, DataParallel, transformer_blocks
 from embodrl.engine.env_client import StagedEnv
 from embodrl.engine.schedules import make_schedule
 from tests.engine.helpers import make_policy, pendulum
+from tests.policies.test_contract import build, make_obs
 
 WORLD = 2
 
@@ -54,3 +58,50 @@ def test_two_rank_ddp_and_fsdp_updates_equal_single_process_training(tmp_path):
             torch.testing.assert_close(got["grads"][name], param.grad, rtol=1e-4, atol=1e-6)
             moved |= not torch.equal(param.detach(), start.state_dict()[name])
     assert moved, "the update changed nothing: the test would pass vacuously"
+
+
+def _vla_loss(evaluate, obs, replay) -> torch.Tensor:
+    out = evaluate(obs, replay)
+    return -out.logprob.float().mean() + out.value.float().pow(2).mean()
+
+
+def _rank_fsdp_blocks(rank, store, policy, obs, replay, results):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    try:
+        data_parallel = DataParallel(policy, "fsdp")
+        # fully_shard swaps a block's class for FSDP<class>
+        blocks = data_parallel.blocks
+        sharded = [type(b).__name__.removeprefix("FSDP") for b in blocks if isinstance(b, FSDPModule)]
+        optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+        share = data_parallel.shard(TensorDict({"obs": obs, "replay": replay}, batch_size=obs.batch_size))
+        _vla_loss(data_parallel.evaluate, share["obs"], share["replay"]).backward()
+        grads = {k: p.grad.full_tensor().clone() for k, p in policy.named_parameters() if p.grad is not None}
+        optimizer.step()
+        weights = {k: p.detach().full_tensor().clone() for k, p in policy.named_parameters()}
+        torch.save({"sharded": sharded, "grads": grads, "weights": weights}, f"{results}/vla{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fsdp_shards_every_transformer_block_and_matches_single_process_training(tmp_path):
+    policy = build("flow-vla-noise", obs_keys=("state", "rgb"))
+    obs = make_obs(4)
+    replay = policy.act(obs).replay
+    start = copy.deepcopy(policy)
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)  # Adam would amplify float noise in ~0 grads
+    _vla_loss(policy.evaluate, obs, replay).backward()
+    optimizer.step()
+
+    mp.spawn(_rank_fsdp_blocks, args=(tmp_path / "store", start, obs, replay, tmp_path), nprocs=WORLD)
+    blocks = Counter(type(b).__name__ for b in transformer_blocks(policy))
+    assert blocks == {"LlamaDecoderLayer": 4, "ExpertLayer": 4, "SiglipEncoderLayer": 2}, blocks
+    for rank in range(WORLD):
+        got = torch.load(tmp_path / f"vla{rank}.pt", weights_only=False)
+        assert Counter(got["sharded"]) == blocks
+        assert got["grads"] and got["grads"].keys() == {
+            k for k, p in policy.named_parameters() if p.grad is not None
+        }
+        for name, param in policy.named_parameters():
+            if param.grad is not None:
+                torch.testing.assert_close(got["grads"][name], param.grad, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(got["weights"][name], param.detach(), rtol=1e-5, atol=1e-6)

@@ -20,6 +20,7 @@ from embodrl.sims.registry import make_env
 from embodrl.train.logger import read_metrics
 from embodrl.train.rl_runner import LAST, OnPolicyRunner
 from embodrl.train.sft_runner import SFTRunner
+from tests.pendulum import pendulum
 from tests.policies.pretrained.pi0_testing import V_WIDTH, VISION, write_checkpoint
 from tests.policies.vla_testing import build, make_obs
 
@@ -182,21 +183,7 @@ def test_flow_vla_checkpoints_its_towers_but_keeps_the_prefix_cache():
 
 
 def test_bf16_autocasts_the_ppo_update(tmp_path):
-    overrides = [
-        "env.suite=gym",
-        "env.gym_id=InvertedPendulum-v5",
-        "env.num_envs=2",
-        "env.max_episode_steps=20",
-        "policy.family=gaussian",
-        "policy.chunk_size=1",
-        "policy.action_dim=1",
-        "policy.gaussian.hidden_dims=[16]",
-        "policy.value_hidden_dims=[16]",
-        "train.precision=bf16",
-        f"run_root={tmp_path}",
-        *PPO_ONE,
-    ]
-    cfg = compose(None, overrides)
+    cfg = pendulum("env.num_envs=2", "train.precision=bf16", f"run_root={tmp_path}", *PPO_ONE)
     runner = OnPolicyRunner(cfg, make_run_dir(cfg))
     dtypes = []
     hook = runner.policy.critic.register_forward_hook(lambda m, i, out: dtypes.append(out.dtype))

@@ -5,33 +5,37 @@ import torch
 
 from embodrl.config import compose, make_run_dir
 from embodrl.errors import UserError
+from embodrl.policies.registry import load_policy
 from embodrl.train.logger import read_metrics
 from embodrl.train.rl_runner import LAST, OnPolicyRunner
+from tests.pendulum import pendulum
 
-PENDULUM = [
-    "env.suite=gym",
-    "env.gym_id=InvertedPendulum-v5",
-    "env.num_envs=4",
+# The shared pendulum, with longer episodes, wider nets and a one-iteration critic warm-up
+RUNNER = [
     "env.max_episode_steps=50",
-    "policy.family=gaussian",
-    "policy.chunk_size=1",
-    "policy.action_dim=1",
     "policy.gaussian.hidden_dims=[32,32]",
     "policy.value_hidden_dims=[32,32]",
     "algo.minibatch_size=64",
     "algo.critic_warmup_iters=1",
     "train.eval_every=2",
     "train.eval_episodes=4",
-    "train.tensorboard=false",
+]
+# Every CleanRL detail on: running obs normalization, reward scaling, per-minibatch advantages, linear lr
+CLEANRL = [
+    "algo.obs_normalization=true",
+    "algo.reward_scaling=true",
+    "algo.normalize_advantages=minibatch",
+    "algo.lr_schedule=linear",
+    "policy.gaussian.init=orthogonal",
 ]
 
 
 def _runner(tmp_path, *overrides, resume_dir=None):
-    cfg = compose(None, [*PENDULUM, f"run_root={tmp_path}", *overrides])
     if resume_dir is not None:
         return OnPolicyRunner(
             compose(str(resume_dir / "config.yaml"), list(overrides)), resume_dir, resume=True
         )
+    cfg = pendulum(*RUNNER, f"run_root={tmp_path}", *overrides)
     return OnPolicyRunner(cfg, make_run_dir(cfg))
 
 
@@ -52,20 +56,57 @@ def test_training_writes_metrics_checkpoint_curve_and_ratio_is_one(tmp_path):
     )
 
 
-def test_resume_reproduces_the_next_iteration_exactly(tmp_path):
-    straight = _runner(tmp_path / "a", "train.iterations=3", "train.save_every=1")
+@pytest.mark.parametrize("options", [[], CLEANRL], ids=["plain", "cleanrl"])
+def test_resume_reproduces_the_next_iteration_exactly(tmp_path, options):
+    """Also with running obs/reward statistics and the linear lr schedule, which the checkpoint carries."""
+    straight = _runner(tmp_path / "a", "train.iterations=3", "train.save_every=1", *options)
     straight.learn()
     expected = read_metrics(straight.run_dir)[-1]
 
-    interrupted = _runner(tmp_path / "b", "train.iterations=2", "train.save_every=1")
-    interrupted.learn()
-    resumed = _runner(tmp_path / "b", "train.iterations=3", resume_dir=interrupted.run_dir)
+    interrupted = _runner(tmp_path / "b", "train.iterations=3", "train.save_every=1", *options)
+    iterate, calls = interrupted._iterate, []
+
+    def crash_in_the_third_iteration():
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("crash")
+        return iterate()
+
+    interrupted._iterate = crash_in_the_third_iteration
+    with pytest.raises(RuntimeError, match="crash"):
+        interrupted.learn()
+    resumed = _runner(tmp_path / "b", resume_dir=interrupted.run_dir)
     assert resumed.iteration == 2
     resumed.learn()
     got = read_metrics(interrupted.run_dir)[-1]
     assert got["iteration"] == 3
-    for key in ("train/policy_loss", "train/value_loss", "rollout/return", "train/approx_kl"):
+    for key in (
+        "train/policy_loss",
+        "train/value_loss",
+        "rollout/return",
+        "train/approx_kl",
+        "train/actor_lr",
+    ):
         assert got[key] == expected[key], key
+    for key in ("mean", "std"):
+        assert torch.equal(
+            getattr(resumed.policy.normalizers["state"], key),
+            getattr(straight.policy.normalizers["state"], key),
+        )
+
+
+def test_cleanrl_details_keep_the_first_ratio_one_and_save_the_running_stats(tmp_path):
+    runner = _runner(tmp_path, "train.iterations=3", "train.eval_every=0", "algo.actor_lr=3e-4", *CLEANRL)
+    runner.learn()
+    rows = read_metrics(runner.run_dir)
+    # obs stats change only between iterations, so every update recomputes the rollout's log-probs exactly
+    assert all(r["train/ratio0_maxdev"] < 1e-5 for r in rows)
+    assert [r["train/actor_lr"] for r in rows] == pytest.approx([3e-4, 2e-4, 1e-4])  # linear to 0 at 3
+    state = runner.policy.normalizers["state"]
+    assert state.mean.abs().sum() > 0 and not torch.equal(state.std, torch.ones_like(state.std))
+    saved = load_policy(runner.run_dir / LAST / "policy")  # eval, deploy and serve read these
+    assert torch.equal(saved.normalizers["state"].mean, state.mean)
+    assert torch.equal(saved.normalizers["state"].std, state.std)
 
 
 def test_mismatched_action_dim_is_a_clear_error(tmp_path):

@@ -50,3 +50,19 @@ def test_samples_are_not_squashed_or_clipped_by_the_policy():
     policy = gaussian_policy(init_std=5.0)
     out = policy.act(TensorDict({"state": torch.randn(200, S)}, batch_size=[200]))
     assert out.actions.abs().max() > 1.5  # the env clips to its bounds, not the policy
+
+
+def test_orthogonal_init_follows_cleanrl_gains():
+    torch.manual_seed(0)
+    cfg = PolicyConfig(
+        family="gaussian", chunk_size=C, action_dim=A, gaussian=GaussianConfig(init="orthogonal")
+    )
+    policy = make_policy(cfg, {"state": (S,)})
+    for net, output_gain in ((policy.actor, 0.01), (policy.critic.net, 1.0)):
+        linears = [m for m in net if isinstance(m, torch.nn.Linear)]
+        for i, layer in enumerate(linears):
+            gain = output_gain if i == len(linears) - 1 else math.sqrt(2)
+            w = layer.weight  # [out, in]: orthogonal rows or columns, whichever are fewer
+            gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+            torch.testing.assert_close(gram, gain**2 * torch.eye(gram.shape[0]), atol=1e-5, rtol=1e-4)
+            assert not layer.bias.any()
