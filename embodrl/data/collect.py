@@ -19,6 +19,7 @@ from embodrl.data.video import VideoConfig
 from embodrl.errors import UserError
 from embodrl.sims.base import VecEnv
 from embodrl.sims.config import EnvConfig
+from embodrl.train.episodes import run_episodes
 
 
 @dataclass
@@ -113,56 +114,60 @@ def collect_episodes(
     noise: list[np.random.Generator | None] = [None] * n  # seeded per attempt: results ignore env count
     counts = {"kept": 0, "failed": 0, "started": 0}
 
-    def start(env_ids: list[int]) -> TensorDict | None:
-        chosen = []
-        for i in env_ids:
-            attempt[i] = -1
-            in_flight = int((attempt >= 0).sum())
-            if counts["kept"] + in_flight < num_episodes and counts["started"] < max_attempts:
-                attempt[i] = counts["started"]
-                noise[i] = np.random.default_rng((cfg.seed, attempt[i]))
-                counts["started"] += 1
-                chosen.append(i)
-        if not chosen:
-            return None
-        obs = env.reset_to(torch.as_tensor(cfg.first_state_id + attempt[chosen]), torch.as_tensor(chosen))
-        texts = (
-            env.instructions(obs["task_id"][chosen]) if "task_id" in obs.keys() else ["demo"] * len(chosen)
-        )
-        for i, text in zip(chosen, texts, strict=True):
+    def next_attempt(i: int) -> int:
+        # Attempts just reported to end_attempt count as in flight until their own env is asked here
+        # (conservative: it can only delay a start, never change which attempts run).
+        attempt[i] = -1
+        in_flight = int((attempt >= 0).sum())
+        if counts["kept"] + in_flight < num_episodes and counts["started"] < max_attempts:
+            attempt[i] = counts["started"]
+            noise[i] = np.random.default_rng((cfg.seed, attempt[i]))
+            counts["started"] += 1
             buffers[i] = {name: [] for name in (*keys.values(), ACTION_KEY)}
-            tasks[i] = text
-        return obs
+        return int(attempt[i])
 
-    obs = start(list(range(n)))
-    while (attempt >= 0).any():
+    def expert_act(obs: TensorDict) -> torch.Tensor:
         expert = env.expert_actions().cpu().numpy().astype(np.float32)  # [N, A]
         executed = expert.copy()
         if cfg.noise_std > 0:
             for i in np.flatnonzero((attempt >= 0) & (attempt % 2 == 1)):
                 executed[i] += cfg.noise_std * noise[i].standard_normal(expert.shape[1], dtype=np.float32)
         executed = np.clip(executed, spec.low, spec.high)
+        active = np.flatnonzero(attempt >= 0)
+        fresh = [int(i) for i in active if not buffers[i][ACTION_KEY]]  # first step: the reset observation
+        if fresh:
+            texts = (
+                env.instructions(obs["task_id"][fresh]) if "task_id" in obs.keys() else ["demo"] * len(fresh)
+            )
+            for i, text in zip(fresh, texts, strict=True):
+                tasks[i] = text
         values = {name: obs[key].cpu().numpy() for key, name in keys.items()}
-        for i in np.flatnonzero(attempt >= 0):
+        for i in active:
             for name, v in values.items():
                 buffers[i][name].append(v[i])
             buffers[i][ACTION_KEY].append(expert[i])  # the clean label, whatever was executed
-        result = env.step(torch.from_numpy(executed)[:, None])  # chunk of one: [N, 1, A]
-        obs = result.obs
-        finished = [i for i in result.done.cpu().nonzero().flatten().tolist() if attempt[i] >= 0]
-        for i in finished:
-            if bool(result.success[i]):
-                writer.add_episode({k: np.stack(v) for k, v in buffers[i].items()}, tasks[i])
-                counts["kept"] += 1
-                if bar is not None:
-                    bar.update(1)
-            else:
-                counts["failed"] += 1
-                if bar is not None:
-                    bar.set_postfix(failed=counts["failed"])
-            buffers[i] = {}
-        restarted = start(finished) if finished else None
-        obs = obs if restarted is None else restarted
+        return torch.from_numpy(executed)[:, None]  # chunk of one: [N, 1, A]
+
+    def end_attempt(i: int, episode: int, success: bool) -> None:
+        if success:
+            writer.add_episode({k: np.stack(v) for k, v in buffers[i].items()}, tasks[i])
+            counts["kept"] += 1
+            if bar is not None:
+                bar.update(1)
+        else:
+            counts["failed"] += 1
+            if bar is not None:
+                bar.set_postfix(failed=counts["failed"])
+        buffers[i] = {}
+
+    run_episodes(
+        env,
+        expert_act,
+        max_attempts,
+        first_state_id=cfg.first_state_id,
+        next_episode=next_attempt,
+        on_episode_end=end_attempt,
+    )
     return counts["kept"], counts["failed"]
 
 

@@ -14,6 +14,8 @@ from tqdm import tqdm
 from embodrl.sims.base import VecEnv
 
 ActFn = Callable[[TensorDict], torch.Tensor]  # obs [N] -> actions [N, C, A]
+NextEpisode = Callable[[int], int]  # free env id -> episode id to play there next; -1: leave it idle
+EpisodeEndFn = Callable[[int, int, bool], None]  # (env id, episode id, success) of a finished episode
 
 
 @dataclass
@@ -47,6 +49,12 @@ class EpisodeResults:
         return {text: float(np.mean(v)) for text, v in sorted(out.items())}
 
 
+def fixed_schedule(num_envs: int, num_episodes: int) -> NextEpisode:
+    """Env i plays episodes i, i+N, i+2N, ... of [0, num_episodes), then idles."""
+    queue = [list(range(i, num_episodes, num_envs)) for i in range(num_envs)]
+    return lambda env_id: queue[env_id].pop(0) if queue[env_id] else -1
+
+
 def run_episodes(
     env: VecEnv,
     act: ActFn,
@@ -54,27 +62,31 @@ def run_episodes(
     record: int = 0,
     first_state_id: int = 0,
     progress: bool = False,
+    next_episode: NextEpisode | None = None,
+    on_episode_end: EpisodeEndFn | None = None,
 ) -> EpisodeResults:
     """Play episodes from initial states first_state_id + [0, num_episodes) and record the first `record`.
 
     Env i plays episodes i, i+N, i+2N, ...: the set of episodes is fixed by the ids, so results do
-    not depend on which episodes happen to finish first.
+    not depend on which episodes happen to finish first. A `next_episode` schedule replaces that
+    assignment (it is asked for every free env once all of a step's finished episodes are reported to
+    `on_episode_end`); then `num_episodes` only sizes the progress bar and the run ends when all envs idle.
     """
     n = env.num_envs
-    queue = [list(range(i, num_episodes, n)) for i in range(n)]  # episode ids per env
-    current = [q.pop(0) if q else -1 for q in queue]
+    next_episode = next_episode or fixed_schedule(n, num_episodes)
+    current = [next_episode(i) for i in range(n)]  # episode id per env; -1: idle
     results = {}
     ret = torch.zeros(n)
     length = torch.zeros(n, dtype=torch.long)
     frames: dict[int, list[np.ndarray]] = {e: [] for e in range(min(record, num_episodes))}
 
-    def start(env_ids: list[int]) -> TensorDict:
+    def start(env_ids: list[int]) -> TensorDict:  # envs idle from the start sit on the first state
         ids = torch.tensor([first_state_id + max(current[i], 0) for i in env_ids])
         return env.reset_to(ids, torch.tensor(env_ids))
 
     obs = start(list(range(n)))
     bar = tqdm(total=num_episodes, desc="episodes", unit="ep", disable=not progress, leave=False)
-    while len(results) < num_episodes:
+    while any(e >= 0 for e in current):
         recording = [i for i in range(n) if current[i] in frames]
         if recording:
             for i, frame in zip(recording, env.render(torch.tensor(recording)).numpy(), strict=True):
@@ -86,14 +98,19 @@ def run_episodes(
         finished = res.done.cpu().nonzero().flatten().tolist()
         for i in finished:
             if current[i] >= 0 and current[i] not in results:
-                results[current[i]] = (bool(res.success[i]), int(length[i]), float(ret[i]), instructions[i])
+                ok = bool(res.success[i])
+                results[current[i]] = (ok, int(length[i]), float(ret[i]), instructions[i])
+                if on_episode_end is not None:
+                    on_episode_end(i, current[i], ok)
                 bar.update(1)
-            current[i] = queue[i].pop(0) if queue[i] else -1
             ret[i], length[i] = 0.0, 0
-        obs = start(finished) if finished else res.obs
+        for i in finished:
+            current[i] = next_episode(i)
+        restart = [i for i in finished if current[i] >= 0]  # envs left idle keep the env's own auto-reset
+        obs = start(restart) if restart else res.obs
     bar.close()
     out = EpisodeResults(frames=frames)
-    for e in range(num_episodes):
+    for e in sorted(results):
         ok, steps, r, text = results[e]
         out.success.append(ok)
         out.length.append(steps)
