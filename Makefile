@@ -53,7 +53,7 @@ test-libero: libero-venv system-deps
 	HF_HUB_OFFLINE=1 MUJOCO_GL=egl $(LIBERO_VENV)/bin/python -m pytest -q tests/sims/test_libero.py
 
 # Few-shot SFT -> Flow-Noise PPO on `pick` (configs/experiment/pick_flow_noise.yaml), ~15 min on 2 cores.
-DEMO_DATA := data/pick_demos
+DEMO_DATA := data/pick_demos_pos
 demo: $(VENV)/.core system-deps
 	@[ -f $(DEMO_DATA)/meta/info.json ] || $(BIN)/embodrl collect pick_flow_noise --out $(DEMO_DATA) --episodes-per-task 5
 	$(BIN)/embodrl train pick_flow_noise sft.dataset=$(DEMO_DATA)
