@@ -1,18 +1,20 @@
 """Shared pieces of the engine tests: the pendulum config (tests/pendulum.py), a small Gaussian policy, a
-deterministic wrapper."""
+deterministic wrapper, a pipelined rollout over a chosen transport."""
 
 from __future__ import annotations
 
 import torch
 
 from embodrl.config import ExperimentConfig
+from embodrl.data.rollout_buffer import RolloutBuffer
 from embodrl.engine.env_client import StagedEnv
+from embodrl.engine.schedules import make_schedule
 from embodrl.policies.base import ActOut
 from embodrl.policies.gaussian.modeling import GaussianPolicy
 from embodrl.train.rl_runner import build_policy
 from tests.pendulum import pendulum
 
-__all__ = ["DeterministicGaussian", "make_policy", "pendulum"]
+__all__ = ["DeterministicGaussian", "make_policy", "pendulum", "pipelined_rollout"]
 
 
 class DeterministicGaussian(GaussianPolicy):
@@ -28,3 +30,11 @@ def make_policy(cfg: ExperimentConfig, env: StagedEnv, deterministic: bool = Fal
     if deterministic:
         policy.__class__ = DeterministicGaussian
     return policy
+
+
+def pipelined_rollout(env: StagedEnv, cfg: ExperimentConfig):
+    """(schedule, rollout data) of a deterministic policy collected once from states 0..3 on `env`."""
+    policy = make_policy(cfg, env, deterministic=True)
+    schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(12, 4), "cpu")
+    schedule.push_weights(policy, 0)
+    return schedule, schedule.collect(lambda: torch.arange(4)).buffer.data.clone()

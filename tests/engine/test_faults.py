@@ -2,14 +2,12 @@ import pytest
 import torch
 
 from embodrl.config import make_run_dir
-from embodrl.data.rollout_buffer import RolloutBuffer
 from embodrl.engine.env_client import EnvWorkerError, StagedEnv
-from embodrl.engine.schedules import make_schedule
 from embodrl.sims import registry
 from embodrl.train.logger import read_metrics
 from embodrl.train.rl_runner import OnPolicyRunner
 from tests.engine import flaky_env
-from tests.engine.helpers import make_policy, pendulum
+from tests.engine.helpers import pendulum, pipelined_rollout
 
 
 def _train(tmp_path, *overrides):
@@ -40,10 +38,7 @@ def test_multiprocess_transport_gives_the_inproc_rollout_and_survives_a_killed_w
         cfg = pendulum("engine.schedule=pipelined", "engine.num_stages=2", f"engine.transport={transport}")
         env = StagedEnv(cfg.env, cfg.engine)
         try:
-            policy = make_policy(cfg, env, deterministic=True)
-            schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(12, 4), "cpu")
-            schedule.push_weights(policy, 0)
-            rollouts[transport] = schedule.collect(lambda: torch.arange(4)).buffer.data.clone()
+            schedule, rollouts[transport] = pipelined_rollout(env, cfg)
             if transport == "multiprocess":
                 env.worker.process.kill()  # only the worker this test started
                 with pytest.raises(EnvWorkerError, match="exited"):

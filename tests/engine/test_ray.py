@@ -1,10 +1,8 @@
 import pytest
 import torch
 
-from embodrl.data.rollout_buffer import RolloutBuffer
 from embodrl.engine.env_client import StagedEnv
-from embodrl.engine.schedules import make_schedule
-from tests.engine.helpers import make_policy, pendulum
+from tests.engine.helpers import pendulum, pipelined_rollout
 
 ray = pytest.importorskip("ray", reason="the ray transport needs `pip install embodrl[ray]`")
 
@@ -22,10 +20,7 @@ def test_ray_transport_gives_the_inproc_rollout(local_ray):
         cfg = pendulum("engine.schedule=pipelined", "engine.num_stages=2", f"engine.transport={transport}")
         env = StagedEnv(cfg.env, cfg.engine)
         try:
-            policy = make_policy(cfg, env, deterministic=True)
-            schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(12, 4), "cpu")
-            schedule.push_weights(policy, 0)
-            data[transport] = schedule.collect(lambda: torch.arange(4)).buffer.data.clone()
+            data[transport] = pipelined_rollout(env, cfg)[1]
         finally:
             env.close()
     a, b = data["inproc"], data["ray"]
