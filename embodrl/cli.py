@@ -245,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Start from a checkpoint with policy.init_from=DIR, or give sft.dataset=DIR to run behaviour cloning "
         "first (into RUN/sft/) and RL from its result. Data-parallel on K processes or GPUs: "
         "torchrun --nproc_per_node=K -m embodrl.cli train ... (each rank steps env.num_envs envs of its own; "
-        "gradients averaged over ranks; rank 0 writes the run folder). " + OVERRIDES_HELP,
+        "gradients averaged over ranks; rank 0 writes the run folder; engine.data_parallel=ddp replicates "
+        "the weights, engine.data_parallel=fsdp engine.max_retries=0 shards them). " + OVERRIDES_HELP,
     )
     p.add_argument(
         "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"

@@ -8,9 +8,8 @@ from embodrl.errors import ConfigError
 SCHEDULES = ("sequential", "pipelined", "async")
 TRANSPORTS = ("inproc", "multiprocess", "ray")
 PLACEMENTS = ("colocated", "disaggregated")
-# Under torchrun every rank keeps whole weights, for its rollouts, and rank 0 for checkpoints and evaluation.
-# FSDP (engine/data_parallel.py) needs full weights gathered for those: not wired into the runner yet.
-RUNNER_DATA_PARALLEL = ("ddp",)
+# engine/data_parallel.py's strategies (this module stays torch-free)
+DATA_PARALLEL = ("ddp", "fsdp")
 
 
 @dataclass
@@ -42,7 +41,9 @@ class EngineConfig:
     env_timeout_s: float = 600.0  # an env worker silent for this long is reported as stalled
     max_retries: int = 2  # retries of an iteration whose env worker failed; then the error is raised
     # Under `torchrun --nproc_per_node=K -m embodrl.cli train`: how the K actor copies share the update
-    # (each rank collects env.num_envs envs of its own; gradients are averaged over ranks)
+    # (each rank collects env.num_envs envs of its own; gradients are averaged over ranks). ddp: every
+    # rank holds all weights; fsdp: 1/K of each weight and optimizer state, with transformer blocks sharded
+    # one by one (for policies too large to replicate)
     data_parallel: str = "ddp"
     ray: RayConfig = field(default_factory=RayConfig)
 
@@ -50,7 +51,7 @@ class EngineConfig:
         check_choice("engine.schedule", self.schedule, SCHEDULES)
         check_choice("engine.transport", self.transport, TRANSPORTS)
         check_choice("engine.placement", self.placement, PLACEMENTS)
-        check_choice("engine.data_parallel", self.data_parallel, RUNNER_DATA_PARALLEL)
+        check_choice("engine.data_parallel", self.data_parallel, DATA_PARALLEL)
         check_positive("engine.num_stages", self.num_stages)
         check_positive("engine.max_staleness", self.max_staleness, allow_zero=True)
         check_positive("engine.env_timeout_s", self.env_timeout_s)
@@ -58,3 +59,25 @@ class EngineConfig:
         check_positive("engine.ray.num_cpus", self.ray.num_cpus, allow_zero=True)
         if self.schedule == "pipelined" and self.num_stages < 2:
             raise ConfigError("engine.schedule=pipelined needs engine.num_stages >= 2 (e.g. 2 or 4)")
+        if self.data_parallel == "fsdp":
+            self._check_lockstep()
+
+    def _check_lockstep(self) -> None:
+        """FSDP all-gathers in every forward, so all ranks must run the same forwards in the same order.
+        The sequential and pipelined schedules do (T decisions of every stage per rollout, on every rank)."""
+        if self.schedule == "async":
+            raise ConfigError(
+                "engine.data_parallel=fsdp needs engine.schedule=sequential or pipelined: async rollouts "
+                "would all-gather on a second thread while the update all-gathers on the first"
+            )
+        if self.placement == "disaggregated":
+            raise ConfigError(
+                "engine.data_parallel=fsdp needs engine.placement=colocated: the rollouts use the sharded "
+                "actor itself (a whole copy per rank is what fsdp avoids; use ddp for that)"
+            )
+        if self.max_retries:
+            raise ConfigError(
+                "engine.data_parallel=fsdp needs engine.max_retries=0: a rollout retried on one rank "
+                "would put its all-gathers out of step with the other ranks (a failed env worker then "
+                "ends the run, and torchrun stops the other ranks)"
+            )

@@ -12,7 +12,9 @@ Two strategies:
   the parameters become DTensors, `full_tensor()` gathers one). Each transformer block (the decoder
   layers of the language model and the action expert, the vision tower's encoder layers) is its own
   FSDP unit, gathered for its forward and freed after it, so a rank never holds more than one block's
-  full weights besides the root's own (embeddings, heads).
+  full weights besides the root's own (embeddings, heads). The policy itself is the root unit, and its
+  act/value/evaluate are FSDP forward methods (all-gather before, free after), so a sharded policy acts
+  in rollouts like an unsharded one, as long as every rank runs the same forwards in the same order.
 With a shared rollout and equal shares of valid samples the update equals single-process training
 on the whole minibatch. The target-KL early stop uses the mean over ranks and a minibatch is skipped
 when any rank's part is empty, so every rank runs the same backward passes (each one all-reduces).
@@ -24,7 +26,7 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 from torch import nn
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 from torch.nn.parallel import DistributedDataParallel
 
 from embodrl.choices import check_choice
@@ -33,6 +35,8 @@ STRATEGIES = ("ddp", "fsdp")
 # The repeated blocks of transformers and ViTs: LlamaDecoderLayer, GemmaDecoderLayer, SiglipEncoderLayer,
 # the flow action expert's ExpertLayer, timm's Block.
 BLOCK_SUFFIXES = ("Layer", "Block")
+# The policy methods that read its weights (embodrl.policies.base): each gathers the root's shards.
+FORWARD_METHODS = ("act", "value", "evaluate")
 
 
 def transformer_blocks(module: nn.Module) -> list[nn.Module]:
@@ -73,7 +77,10 @@ class DataParallel:
         if strategy == "fsdp":
             for block in reversed(self.blocks):  # inner units first: fully_shard wraps bottom-up
                 fully_shard(block)
-            self.evaluate = fully_shard(_Evaluate(policy))  # the rest of the weights: one unit
+            fully_shard(policy)  # the rest of the weights: one unit
+            for method in FORWARD_METHODS:
+                register_fsdp_forward_method(policy, method)
+            self.evaluate = policy.evaluate
             return
         # find_unused_parameters: the critic-only warm-up leaves the actor's parameters without gradients
         self.evaluate = DistributedDataParallel(

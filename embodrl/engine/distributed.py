@@ -4,6 +4,8 @@
 LOCAL_RANK and MASTER_ADDR/MASTER_PORT in their environment. Each rank steps its own env.num_envs
 envs with rank-dependent seeds, so the ranks collect different rollouts (as rsl-rl multi-GPU does),
 and the update averages gradients over ranks; rank 0 alone writes the run folder.
+A rank that fails leaves the others waiting in their next collective: torchrun stops them when it sees
+the failure; started otherwise, they wait for the process-group timeout (torch.distributed.constants).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import threading
 import torch
 from tensordict import TensorDict
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from embodrl.engine.timer import StageTimer
 from embodrl.policies.base import ActOut
@@ -26,6 +27,8 @@ class RolloutWorker:
         self.shared = copy_to is None
         self.policy = policy if self.shared else copy.deepcopy(policy).to(copy_to).eval()
         self.device = next(self.policy.parameters()).device
+        # an FSDP-sharded policy all-gathers in every forward: all ranks must run the same forwards
+        self.lockstep = isinstance(self.policy, FSDPModule)
         self.version = 0
         self._pending: tuple[dict[str, torch.Tensor], int] | None = None
         self._lock = threading.Lock()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -38,13 +39,22 @@ def load_trainer_state(directory: Path) -> dict:
     return torch.load(path, weights_only=False)
 
 
-def restore_checkpoint(directory: Path, policy, device: str, generators: dict[str, torch.Generator]) -> dict:
+def restore_checkpoint(
+    directory: Path,
+    policy,
+    device: str,
+    generators: dict[str, torch.Generator],
+    load_weights: Callable[[dict[str, torch.Tensor]], None] | None = None,
+) -> dict:
     """Load the weights and RNG states saved in `directory` into `policy` and `generators`; return the
-    trainer state for the runner's own fields (optimizer, counters)."""
+    trainer state for the runner's own fields (optimizer, counters).
+
+    load_weights: how the saved weights enter the policy (FSDP: re-sharded); policy.load_state_dict if None.
+    """
     state = load_trainer_state(directory)
     # LoRA adapters stay separate, so the policy keeps training them
     saved = load_policy(directory / POLICY_DIR, device=device, merge_adapters=False)
-    policy.load_state_dict(saved.state_dict())
+    (load_weights or policy.load_state_dict)(saved.state_dict())
     set_rng_state(state["rng"], generators)
     return state
 

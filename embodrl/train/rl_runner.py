@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -18,6 +19,7 @@ from embodrl.engine.distributed import from_main, init_from_env, is_main, rank, 
 from embodrl.engine.env_client import StagedEnv
 from embodrl.engine.episode_tracker import mean_over_ranks
 from embodrl.engine.faults import collect_with_retries
+from embodrl.engine.full_state import UnshardedCopy, load_full_optimizer_state, load_full_weights
 from embodrl.engine.schedules import make_schedule
 from embodrl.errors import UserError
 from embodrl.policies.finetune import prepare_finetuning
@@ -68,7 +70,9 @@ class OnPolicyRunner:
 
     Under torchrun (WORLD_SIZE > 1) every rank runs one: each steps env.num_envs envs of its own with
     rank-dependent seeds, the update averages gradients over ranks (engine.data_parallel), and rank 0
-    alone logs, evaluates and writes checkpoints, videos and the learning curve.
+    alone logs, evaluates and writes checkpoints, videos and the learning curve. With fsdp the ranks
+    act in lockstep (every forward all-gathers), and before an evaluation or a checkpoint every rank
+    joins the gather of the whole state into rank 0's unsharded copy (engine/full_state.py).
     """
 
     def __init__(self, cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> None:
@@ -81,6 +85,13 @@ class OnPolicyRunner:
         env_cfg = dataclasses.replace(cfg.env, seed=cfg.env.seed + rank() * cfg.env.num_envs)
         self.env = StagedEnv(env_cfg, cfg.engine, device=cfg.device)
         self.policy = build_policy(cfg, self.env)
+        sharded = distributed and cfg.engine.data_parallel == "fsdp"
+        if sharded and cfg.algo.kl_coef > 0:
+            raise UserError(
+                "algo.kl_coef > 0 keeps a whole reference copy of the policy on every rank, which "
+                "engine.data_parallel=fsdp avoids: set algo.kl_coef=0 or engine.data_parallel=ddp"
+            )
+        self.unsharded = UnshardedCopy(self.policy) if sharded else None  # taken before sharding
         # Fixed-length windows (train.rollout_steps > 0) carry episodes across iterations, as standard
         # PPO does; episode-sized rollouts and GRPO groups start every iteration from fresh states.
         continue_episodes = cfg.train.rollout_steps > 0 and cfg.algo.name != "grpo"
@@ -143,13 +154,18 @@ class OnPolicyRunner:
             while self.iteration < cfg.train.iterations:
                 metrics = self._iterate()
                 self.iteration += 1
+                evaluating = bool(cfg.train.eval_every) and self.iteration % cfg.train.eval_every == 0
+                saving = self.iteration % cfg.train.save_every == 0
+                if evaluating or saving:
+                    self._gather_full_state()
                 if logger is None:  # another rank: it only collects and trains
                     continue
-                if cfg.train.eval_every and self.iteration % cfg.train.eval_every == 0:
+                if evaluating:
                     metrics.update(self.evaluate(record=0))
                 logger.log(self.iteration, metrics)
-                if self.iteration % cfg.train.save_every == 0:
+                if saving:
                     self.save()
+            self._gather_full_state()  # for the last checkpoint and the final evaluation
         finally:  # nothing lost on a crash or Ctrl-C: the last finished iteration is saved
             self.schedule.close()
             if logger is not None:
@@ -157,6 +173,11 @@ class OnPolicyRunner:
                 self.save()
                 plot_learning_curve(self.run_dir)
         return from_main(self._final_evaluation)
+
+    def _gather_full_state(self) -> None:
+        """fsdp, on every rank: rank 0's unsharded copy takes this iteration's state (once per iteration)."""
+        if self.unsharded is not None and self.unsharded.iteration != self.iteration:
+            self.unsharded.gather(self.policy, self.algo.optimizer, self.iteration)
 
     def _final_evaluation(self) -> dict[str, float]:
         final = self.evaluate(record=2, video_dir=self.run_dir / "videos")
@@ -194,33 +215,49 @@ class OnPolicyRunner:
         return metrics
 
     def evaluate(self, record: int = 0, video_dir: Path | None = None) -> dict[str, float]:
-        """Deterministic policy on a fixed set of initial states (ids 0..eval_episodes-1)."""
+        """Deterministic policy on a fixed set of initial states (ids 0..eval_episodes-1); with fsdp, rank 0's
+        unsharded copy, moved to the device for the evaluation."""
         cfg = self.cfg
+        policy = self.policy if self.unsharded is None else self.unsharded.policy.to(cfg.device)
         eval_env = self.env
         num_envs = cfg.train.eval_envs or cfg.env.num_envs
         # the async schedule's producer may be stepping self.env right now
         if num_envs != self.env.num_envs or cfg.engine.schedule == "async":
             eval_env = make_env(dataclasses.replace(cfg.env, num_envs=num_envs), device=cfg.device)
         try:
-            results = evaluate_policy(self.policy, eval_env, cfg.train.eval_episodes, record, video_dir)
+            results = evaluate_policy(policy, eval_env, cfg.train.eval_episodes, record, video_dir)
         finally:
             if eval_env is not self.env:
                 eval_env.close()
+            if policy is not self.policy:
+                policy.cpu()
         return eval_metrics(results)
 
-    def save(self) -> Path:
+    def save(self) -> Path | None:
+        """Write checkpoints/last (rank 0); None with fsdp when no gather has followed the last iteration."""
+        policy, algo = self.policy, self.algo.state_dict()
+        if self.unsharded is not None:
+            if self.unsharded.iteration != self.iteration:  # a rank failed: no gather is possible now,
+                return None  # and the last checkpoint stays
+            policy, algo["optimizer"] = self.unsharded.policy, self.unsharded.optimizer_state
         state = {
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "wall_time": self.wall_time,
             "env_restarts": self.env_restarts,
-            "algo": self.algo.state_dict(),
+            "algo": algo,
             "rng": rng_state(self.generators),
         }
-        return save_checkpoint(self.run_dir / LAST, self.policy, state)
+        return save_checkpoint(self.run_dir / LAST, policy, state)
 
     def _restore(self, directory: Path) -> None:
-        state = restore_checkpoint(directory, self.policy, self.cfg.device, self.generators)
-        self.algo.load_state_dict(state["algo"])
+        """Every rank loads the same checkpoint; with fsdp each keeps its shards of weights and optimizer."""
+        load_weights = None if self.unsharded is None else partial(load_full_weights, self.policy)
+        state = restore_checkpoint(directory, self.policy, self.cfg.device, self.generators, load_weights)
+        algo = state["algo"]
+        if self.unsharded is not None:  # saved by parameter name: loaded here, PPO restores the rest
+            load_full_optimizer_state(self.policy, self.algo.optimizer, algo["optimizer"])
+            algo = {**algo, "optimizer": self.algo.optimizer.state_dict()}
+        self.algo.load_state_dict(algo)
         self.iteration, self.env_steps = state["iteration"], state["env_steps"]
         self.wall_time, self.env_restarts = state["wall_time"], state["env_restarts"]

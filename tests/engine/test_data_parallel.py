@@ -1,7 +1,9 @@
 import copy
 import itertools
 from collections import Counter
+from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -13,6 +15,8 @@ from embodrl.data.rollout_buffer import RolloutBuffer
 from embodrl.engine.data_parallel import STRATEGIES, DataParallel, transformer_blocks
 from embodrl.engine.env_client import StagedEnv
 from embodrl.engine.schedules import make_schedule
+from embodrl.engine.schedules.base import bootstrap_value
+from embodrl.errors import ConfigError
 from tests.engine.helpers import make_policy, pendulum
 from tests.policies.test_contract import build, make_obs
 
@@ -105,3 +109,37 @@ def test_fsdp_shards_every_transformer_block_and_matches_single_process_training
             if param.grad is not None:
                 torch.testing.assert_close(got["grads"][name], param.grad, rtol=1e-4, atol=1e-6)
             torch.testing.assert_close(got["weights"][name], param.detach(), rtol=1e-5, atol=1e-6)
+
+
+class _CountingRollout:
+    """A rollout worker whose value forward counts its calls (each one would all-gather under FSDP)."""
+
+    def __init__(self, lockstep: bool) -> None:
+        self.lockstep, self.calls = lockstep, 0
+
+    def value(self, obs: TensorDict) -> torch.Tensor:
+        self.calls += 1
+        return torch.full(obs.batch_size, 7.0)
+
+
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_a_sharded_rollout_runs_the_bootstrap_forward_whether_or_not_an_env_truncated(lockstep):
+    out = SimpleNamespace(value=torch.zeros(3))
+    for truncated, expected in (([False] * 3, [0.0] * 3), ([False, True, False], [0.0, 7.0, 0.0])):
+        rollout = _CountingRollout(lockstep)
+        res = SimpleNamespace(
+            truncated=torch.tensor(truncated), final_obs=TensorDict({"state": torch.zeros(3, 2)}, [3])
+        )
+        assert bootstrap_value(rollout, out, res).tolist() == expected
+        # whether an env truncated differs between ranks; the number of forwards must not
+        assert rollout.calls == (1 if lockstep or any(truncated) else 0)
+
+
+@pytest.mark.parametrize(
+    "override", ["engine.schedule=async", "engine.placement=disaggregated", "engine.max_retries=1"]
+)
+def test_fsdp_refuses_schedules_whose_forwards_differ_between_ranks(override):
+    fsdp = ("engine.data_parallel=fsdp", "engine.max_retries=0")
+    pendulum(*fsdp, "engine.schedule=pipelined", "engine.num_stages=2")  # lockstep: accepted
+    with pytest.raises(ConfigError, match="engine.data_parallel=fsdp needs"):
+        pendulum(*fsdp, override)

@@ -54,7 +54,9 @@ def bootstrap_value(rollout: RolloutWorker, out: ActOut, res: StepResult) -> tor
     """V(final_obs) [n] where an episode was truncated (the return continues past the time limit), else 0."""
     bootstrap = torch.zeros_like(out.value)
     truncated = res.truncated.to(bootstrap.device)
-    if truncated.any():
+    if rollout.lockstep:  # whether an env truncated differs between ranks, so every rank runs V on all envs
+        bootstrap[truncated] = rollout.value(res.final_obs)[truncated]
+    elif truncated.any():
         bootstrap[truncated] = rollout.value(res.final_obs[res.truncated])
     return bootstrap
 
