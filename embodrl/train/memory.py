@@ -43,8 +43,8 @@ class MemoryEstimate:
     def report(self) -> str:
         """Human-readable lines, in GiB."""
         rows = [
-            ("parameters", self.param_bytes, f"{self.parameters / 1e9:.2f}B"),
-            ("gradients", self.grad_bytes, f"{self.trainable / 1e9:.2f}B trainable"),
+            ("parameters", self.param_bytes, _count(self.parameters)),
+            ("gradients", self.grad_bytes, f"{_count(self.trainable)} trainable"),
             ("optimizer state", self.optimizer_bytes, ""),
             ("activations / micro-batch", self.activation_bytes, ""),
             ("total", self.total_bytes, ""),
@@ -52,6 +52,14 @@ class MemoryEstimate:
         return "\n".join(
             f"memory  {name:<26}{size / GIB:8.2f} GiB  {note}".rstrip() for name, size, note in rows
         )
+
+
+def _count(n: int) -> str:
+    """A parameter count as 7.24B / 3.10M / 52.1K: small policies must not print 0.00B."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return str(n)
 
 
 def estimate_memory(

@@ -24,6 +24,12 @@ def test_openvla_7b_full_fine_tuning_in_fp32():
     assert checkpointed.activation_bytes < estimate.activation_bytes / 5
     assert 0.5 < estimate.activation_bytes / GIB < 20  # a few GiB for 8 x 327 tokens in bf16
     assert "total" in estimate.report() and "GiB" in estimate.report()
+    assert "7.5" in estimate.report().splitlines()[0] and "B" in estimate.report().splitlines()[0]
+
+
+def test_report_counts_small_policies_in_millions_and_thousands():
+    small = estimate_memory(3_100_000, 52_100, [], micro_batch=1).report()
+    assert "3.10M" in small and "52.10K trainable" in small
 
 
 def test_lora_keeps_params_but_shrinks_gradients_and_optimizer_state():
