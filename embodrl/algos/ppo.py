@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
-import torch.distributed as dist
 from tensordict import TensorDict
 from torch import nn
 
@@ -32,6 +31,7 @@ from embodrl.algos.config import AlgoConfig
 from embodrl.algos.ppo_loss import ppo_loss
 from embodrl.algos.running_stats import RewardScaler, RunningObsNormalization
 from embodrl.data.rollout_buffer import RolloutBuffer
+from embodrl.engine.distributed import sum_tensor_over_ranks
 from embodrl.errors import UserError
 
 if TYPE_CHECKING:
@@ -149,14 +149,7 @@ class PPO:
         """Sum over ranks for the running statistics when every rank collected its own rollout."""
         if self.data_parallel is None or self.data_parallel.shared_rollout:
             return None
-        device = self.data_parallel.device  # NCCL reduces CUDA tensors only
-
-        def sum_over_ranks(x: torch.Tensor) -> torch.Tensor:
-            x = x.to(device, copy=True)
-            dist.all_reduce(x)
-            return x.cpu()
-
-        return sum_over_ranks
+        return sum_tensor_over_ranks
 
     def _set_learning_rates(self, iteration: int) -> None:
         """algo.lr_schedule: constant, or linear from the set rates to 0 at total_iterations (CleanRL's

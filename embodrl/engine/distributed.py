@@ -83,12 +83,18 @@ def rank_seed(seed: int) -> int:
     return seed + _RANK_SEED_STRIDE * rank()
 
 
+def sum_tensor_over_ranks(x: torch.Tensor) -> torch.Tensor:
+    """x summed over ranks, as a new tensor on x's device (NCCL reduces CUDA tensors only)."""
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    total = x.to(device, copy=True)
+    dist.all_reduce(total)
+    return total.to(x.device)
+
+
 def sum_over_ranks(values: dict[str, float]) -> dict[str, float]:
     """Each value summed over ranks (every rank passes the same keys); unchanged in a single process."""
     if not dist.is_initialized() or not values:
         return values
-    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
     keys = sorted(values)
-    totals = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
-    dist.all_reduce(totals)
+    totals = sum_tensor_over_ranks(torch.tensor([float(values[k]) for k in keys], dtype=torch.float64))
     return dict(zip(keys, totals.tolist(), strict=True))
