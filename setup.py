@@ -15,4 +15,4 @@ for name, folder in ROOTS.items():
     package_dir[name] = folder
     packages += [name] + [f"{name}.{sub}" for sub in find_packages(folder)]
 
-setup(packages=packages, package_dir=package_dir, package_data={"embodrl.configs": ["*/*.yaml"]})
+setup(packages=packages, package_dir=package_dir)  # package data: pyproject.toml
