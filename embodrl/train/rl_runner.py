@@ -212,6 +212,8 @@ class OnPolicyRunner:
                 "engine/env_restarts": float(self.env_restarts),
             }
         )
+        if torch.device(self.cfg.device).type == "cuda":  # what a user sizes batches and envs by
+            metrics["memory/cuda_peak_gib"] = torch.cuda.max_memory_allocated(self.cfg.device) / 2**30
         return metrics
 
     def evaluate(self, record: int = 0, video_dir: Path | None = None) -> dict[str, float]:
