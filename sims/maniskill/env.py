@@ -20,7 +20,14 @@ from tensordict import TensorDict
 from embodrl.errors import UserError
 from embodrl.sims.base import ActionSpec, StepResult, TensorSpec, VecEnv
 from embodrl.sims.config import EnvConfig
-from embodrl.sims.maniskill.tasks import VULKAN_ERRORS, VULKAN_HINT, check_task, instruction, make_kwargs
+from embodrl.sims.maniskill.tasks import (
+    VULKAN_ERRORS,
+    VULKAN_HINT,
+    check_gpu_physx,
+    check_task,
+    instruction,
+    make_kwargs,
+)
 
 NUM_INIT_STATES = 2**31 - 1  # reset_to(id) is a reset seeded with id: every seed is an initial state
 WRIST_CAMERA = "hand_camera"
@@ -45,6 +52,8 @@ class ManiSkillVecEnv(VecEnv):
         self.cfg = cfg
         self.num_envs = cfg.num_envs
         gpu = torch.device(device).type == "cuda"
+        if gpu:
+            check_gpu_physx()
         sizes = [cfg.num_envs] if gpu else [1] * cfg.num_envs
         self.shards = [self._make(size, "physx_cuda" if gpu else "physx_cpu") for size in sizes]
         first = self.shards[0].unwrapped

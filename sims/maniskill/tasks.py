@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import zipfile
+from pathlib import Path
 
 from embodrl.errors import UserError
 from embodrl.sims.config import EnvConfig
@@ -83,6 +85,25 @@ def check_task(cfg: EnvConfig) -> None:
             f"ManiSkill task {cfg.task} does not use the Panda arm, so it has no wrist camera "
             f"(robots: {robots}); set env.wrist_camera=false"
         )
+
+
+def check_gpu_physx() -> None:
+    """Start SAPIEN's GPU PhysX. SAPIEN fetches PhysX's GPU library over the network the first time; on a
+    machine that cannot, say which file to bring and where, instead of failing inside `requests`."""
+    import requests
+    from sapien import physx
+
+    try:
+        physx.enable_gpu()
+    except (requests.RequestException, zipfile.BadZipFile) as exc:
+        version = physx.version()
+        folder = Path.home() / ".sapien" / "physx" / version
+        raise UserError(
+            f"ManiSkill's GPU simulation needs SAPIEN's PhysX GPU library (libPhysXGpu_64.so), which SAPIEN "
+            f"downloads on first use and could not ({type(exc).__name__}). Unzip linux-so.zip of the "
+            f"sapien-sim/physx-precompiled release {version} into {folder} (copy it from a machine that has "
+            f"network access), or run ManiSkill on the CPU with device=cpu"
+        ) from exc
 
 
 def make_kwargs(cfg: EnvConfig, num_envs: int, sim_backend: str) -> dict:

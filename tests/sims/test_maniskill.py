@@ -73,6 +73,23 @@ def test_bad_task_and_wrist_camera_are_user_errors():
         make_env(_cfg(task="PushT-v1", wrist_camera=True))
 
 
+def test_gpu_sim_without_physx_gpu_library_says_where_to_put_it(tmp_path, monkeypatch):
+    import requests
+    from sapien import physx
+
+    if physx.is_gpu_enabled():
+        pytest.skip("GPU PhysX already running in this process")
+    monkeypatch.setenv("HOME", str(tmp_path))  # no cached library; SAPIEN would fetch it now
+
+    def offline(*args, **kwargs):
+        raise requests.ConnectionError("no network")
+
+    monkeypatch.setattr(requests, "get", offline)
+    with pytest.raises(UserError, match=r"libPhysXGpu_64\.so.*ConnectionError.*device=cpu") as err:
+        make_env(_cfg(), device="cuda")
+    assert str(tmp_path / ".sapien" / "physx" / physx.version()) in str(err.value)
+
+
 @pytest.mark.slow
 def test_ppo_learns_pushcube_from_state(vulkan, tmp_path):
     from embodrl.config import compose, make_run_dir
