@@ -2,7 +2,9 @@
 
 Per GPU, before sharding. Activations follow the usual transformer count of values kept for backward per
 token and layer (Korthikanti et al., 2022, with fused attention so no T x T scores): ~8 hidden-sized and 4
-MLP-sized tensors; gradient checkpointing keeps only each layer's input plus one layer's full set.
+MLP-sized tensors; gradient checkpointing keeps only each layer's input plus one layer's full set. A stack
+keeps nothing when neither it nor anything before it trains (a frozen VLM under an action expert: autograd
+saves no activations for inputs that need no gradient).
 """
 
 from __future__ import annotations
@@ -10,6 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from torch import nn
+
+from embodrl.policies.flow.action_expert import expert_shape
+from embodrl.policies.lora import group_of
+
+FORWARD_ORDER = ("vision", "language", "action_head")  # parameter groups in the order the forward pass runs
 
 GIB = 1024**3
 ACTIVATION_BYTES = {"fp32": 4, "bf16": 2}
@@ -89,25 +96,34 @@ def estimate_memory(
 
 
 def policy_stacks(policy: nn.Module) -> list[TransformerStack]:
-    """Transformer stacks of a VLA policy (vision towers, language model, action expert); [] otherwise."""
+    """Transformer stacks of a VLA policy that keep activations for backward (vision towers, language model,
+    action expert, from the first one that trains or follows a trained group); [] otherwise."""
     cfg = getattr(policy, "cfg", None)
     if cfg is None or getattr(policy, "prefix_encoder", None) is None:
         return []
     arch, vla = cfg.vla.architecture, cfg.vla
     images = len([k for k in cfg.obs_keys if k in ("rgb", "wrist_rgb")])
     stacks = [
-        TransformerStack(images * t.num_patches, t.hidden_size, t.intermediate_size, t.num_layers)
+        ("vision", TransformerStack(images * t.num_patches, t.hidden_size, t.intermediate_size, t.num_layers))
         for t in arch.vision_towers
     ]
     patches = images * (arch.vision_towers[0].num_patches if arch.vision_towers else 0)
     actions = cfg.chunk_size * cfg.action_dim
     lm = arch.language
     lm_tokens = patches + vla.max_instruction_tokens + 2 + actions  # + BOS/state
-    stacks.append(TransformerStack(lm_tokens, lm.hidden_size, lm.intermediate_size, lm.num_layers))
-    if arch.action_expert is not None:
-        e = arch.action_expert
-        stacks.append(TransformerStack(cfg.chunk_size + 1, e.hidden_size, e.intermediate_size, e.num_layers))
-    return stacks
+    stacks.append(
+        ("language", TransformerStack(lm_tokens, lm.hidden_size, lm.intermediate_size, lm.num_layers))
+    )
+    if getattr(policy, "action_expert", None) is not None:  # flow VLAs: one expert pass per Euler step
+        e = expert_shape(arch)
+        tokens = policy.model_shape[0] + 1  # the whole action horizon + the state token
+        expert = TransformerStack(
+            tokens, e.hidden_size, e.intermediate_size, e.num_layers * cfg.flow.num_steps
+        )
+        stacks.append(("action_head", expert))
+    trained = {group_of(name) for name, p in policy.named_parameters() if p.requires_grad} - {None}  # critic
+    first = min((FORWARD_ORDER.index(g) for g in trained), default=len(FORWARD_ORDER))
+    return [stack for group, stack in stacks if FORWARD_ORDER.index(group) >= first]
 
 
 def estimate_policy_memory(policy: nn.Module, micro_batch: int, precision: str = "bf16") -> MemoryEstimate:

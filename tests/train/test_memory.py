@@ -1,11 +1,14 @@
 """Memory estimate: 7B arithmetic, LoRA shrinking optimizer state, checkpointing shrinking activations."""
 
+import dataclasses
+
 import torch
 
+from embodrl.policies.finetune import prepare_finetuning
 from embodrl.policies.lora import LoRAConfig, apply_lora
 from embodrl.policies.vla.configuration import PRESETS
 from embodrl.policies.vla.modeling import VLABackbone
-from embodrl.train.memory import GIB, TransformerStack, estimate_memory, estimate_policy_memory
+from embodrl.train.memory import GIB, TransformerStack, estimate_memory, estimate_policy_memory, policy_stacks
 from tests.policies.vla_testing import build
 
 
@@ -39,5 +42,19 @@ def test_lora_keeps_params_but_shrinks_gradients_and_optimizer_state():
     lora = estimate_policy_memory(policy, micro_batch=4)
     assert lora.parameters > full.parameters  # adapters add a little
     assert lora.trainable < full.trainable / 3 and lora.optimizer_bytes < full.optimizer_bytes / 3
-    assert lora.activation_bytes == full.activation_bytes > 0
+    # the frozen vision towers keep no activations; the adapted language model does
+    assert 0 < lora.activation_bytes < full.activation_bytes
     assert estimate_policy_memory(policy, micro_batch=8).activation_bytes == 2 * lora.activation_bytes
+
+
+def test_a_frozen_vlm_keeps_no_activations_only_the_action_expert_does():
+    policy = build("flow", flow={"conditioning": "vla", "num_steps": 3})
+    full = estimate_policy_memory(policy, micro_batch=4)
+    expert_only = dataclasses.replace(policy.cfg, train_expert_only=True)
+    prepare_finetuning(policy, expert_only)
+    frozen = estimate_policy_memory(policy, micro_batch=4)
+    (expert,) = policy_stacks(policy)
+    assert expert.tokens == policy.model_shape[0] + 1  # horizon + state token
+    assert expert.layers == len(policy.action_expert.layers) * 3  # one pass per Euler step
+    assert 0 < frozen.activation_bytes < full.activation_bytes / 5
+    assert frozen.trainable < full.trainable
