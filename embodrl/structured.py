@@ -48,8 +48,10 @@ def check_overrides(overrides: list[str] | tuple[str, ...]) -> None:
 def merge_to_object(cls: type, *layers: Any, overrides: list[str] | tuple[str, ...] = ()) -> Any:
     """Instantiate dataclass `cls` from its defaults, then each layer, then `key=value` overrides."""
     check_overrides(overrides)
+    # `key=` is the empty string, as in Hydra (OmegaConf's dotlist reads it as null)
+    overrides = [f"{item}''" if item.endswith("=") else item for item in overrides]
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(cls), *layers, OmegaConf.from_dotlist(list(overrides)))
+        cfg = OmegaConf.merge(OmegaConf.structured(cls), *layers, OmegaConf.from_dotlist(overrides))
         return OmegaConf.to_object(cfg)
     except OmegaConfBaseException as e:
         raise explain(e) from None

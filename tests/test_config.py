@@ -41,6 +41,11 @@ def test_bad_input_gives_one_line_errors_naming_the_key(overrides, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_an_empty_override_is_the_empty_string():
+    cfg = compose("pick_flow_noise", ["sft.dataset=", "policy.init_from="])
+    assert cfg.sft.dataset == "" and cfg.policy.init_from == ""
+
+
 def test_unknown_experiment_lists_choices():
     with pytest.raises(ConfigError, match="expert_rollout"):
         compose("no_such_experiment")
