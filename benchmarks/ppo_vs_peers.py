@@ -330,7 +330,8 @@ def summarize(results: list[Result]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1_000_000, help="env-steps per run")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..n-1 per library")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds first..first+n-1 per library")
+    parser.add_argument("--first-seed", type=int, default=0, help="to split seeds over processes")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, every library alike")
     parser.add_argument("--quick", action="store_true", help="20k steps, 1 seed")
     args = parser.parse_args()
@@ -351,7 +352,7 @@ def main() -> None:
             libraries[name] = run
     results = []
     with tempfile.TemporaryDirectory(prefix="embodrl-ppo-peers-") as workdir:
-        for seed in range(seeds):
+        for seed in range(args.first_seed, args.first_seed + seeds):
             for name, run in libraries.items():
                 if run is None:
                     result = run_embodrl(settings, iterations, seed, args.threads, Path(workdir))
