@@ -3,13 +3,21 @@
 from dataclasses import dataclass
 
 from embodrl.choices import check_choice, check_positive
+from embodrl.errors import ConfigError
 
 DECODINGS = ("sequential", "parallel", "oft")
+CONDITIONINGS = ("vla", "mlp")
 
 
 @dataclass
 class AutoregressiveConfig:
     """How action tokens are decoded and sampled (references/algorithms.md §A)."""
+
+    # "vla": tokens from the VLA's language model (OpenVLA / OpenVLA-OFT). "mlp": an MLP on the observation
+    # encoder's features emits the logits of all C*A tokens at once (decoding=parallel): the same token
+    # likelihood on state observations, for tasks a nano VLA cannot learn on a CPU.
+    conditioning: str = "vla"
+    hidden_dims: tuple[int, ...] = (256, 256, 256)  # the token MLP (conditioning=mlp)
 
     # "sequential": one token per forward pass with a KV cache (OpenVLA); "parallel": the whole chunk in
     # one pass over C*A learned placeholder slots that attend to each other bidirectionally; "oft":
@@ -23,5 +31,11 @@ class AutoregressiveConfig:
 
     def __post_init__(self) -> None:
         check_choice("policy.autoregressive.decoding", self.decoding, DECODINGS)
+        check_choice("policy.autoregressive.conditioning", self.conditioning, CONDITIONINGS)
+        if self.conditioning == "mlp" and self.decoding != "parallel":
+            raise ConfigError(
+                "policy.autoregressive.conditioning=mlp predicts every action token in one pass; "
+                f"set policy.autoregressive.decoding=parallel (got {self.decoding!r})"
+            )
         check_positive("policy.autoregressive.temperature", self.temperature)
         check_positive("policy.autoregressive.top_k", self.top_k, allow_zero=True)

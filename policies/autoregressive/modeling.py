@@ -4,6 +4,8 @@ Sequential decoding samples one token per forward pass with a KV cache; parallel
 fills C*A learned placeholder slots in one pass. Both restrict the distribution to the 256 action
 tokens (logits from just those LM-head rows: the same as masking every other id, padding included),
 then apply temperature and top-k. Log-probs and entropy come from that same processed distribution.
+With `conditioning=mlp` an MLP on the observation encoder's features gives the C*A tokens' logits in
+one pass instead of the VLA (same bins, sampling, likelihood and replay).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from embodrl.policies.autoregressive.action_tokenizer import NUM_ACTION_TOKENS, 
 from embodrl.policies.base import ActOut, EvalOut, Policy
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.modules.logprob import reduce_logprob
-from embodrl.policies.modules.mlp import ValueHead
+from embodrl.policies.modules.mlp import ValueHead, mlp
 from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
 from embodrl.policies.modules.sft import check_action_batch, masked_mean
 from embodrl.policies.vla.modeling import VLABackbone, pool, positions_from_mask, prefix_lm_mask
@@ -59,22 +61,33 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         self.chunk_shape = (cfg.chunk_size, cfg.action_dim)
         self.num_slots = cfg.chunk_size * cfg.action_dim
         self.normalizers = make_normalizers(cfg, self.obs_shapes)
-        self.prefix_encoder = VLAPrefixEncoder(cfg, self.obs_shapes, self.normalizers)
-        language = cfg.vla.architecture.language
-        hidden = language.hidden_size
-        self.action_tokenizer = ActionTokenizer(language.vocab_size)
-        self.lm_head = nn.Linear(hidden, language.padded_vocab_size, bias=False)
-        self.decoding = cfg.autoregressive.decoding
+        acfg = cfg.autoregressive
+        self.decoding = acfg.decoding
         self.parallel = self.decoding != "sequential"
-        if self.decoding == "parallel":
-            self.slot_embeddings = nn.Parameter(0.02 * torch.randn(self.num_slots, hidden))  # [C*A, H]
+        if acfg.conditioning == "mlp":
+            self.prefix_encoder = None
+            self.encoder = ObsEncoder(cfg, cfg.obs_keys, self.obs_shapes, self.normalizers)
+            self.action_tokenizer = ActionTokenizer(NUM_ACTION_TOKENS)  # token indices only: no vocabulary
+            self.token_head = mlp(self.encoder.out_dim, acfg.hidden_dims, self.num_slots * NUM_ACTION_TOKENS)
+            feature_dim = self.encoder.out_dim
+        else:
+            self.encoder = None
+            self.prefix_encoder = VLAPrefixEncoder(cfg, self.obs_shapes, self.normalizers)
+            language = cfg.vla.architecture.language
+            hidden = language.hidden_size
+            self.action_tokenizer = ActionTokenizer(language.vocab_size)
+            self.lm_head = nn.Linear(hidden, language.padded_vocab_size, bias=False)
+            if self.decoding == "parallel":
+                self.slot_embeddings = nn.Parameter(0.02 * torch.randn(self.num_slots, hidden))  # [C*A, H]
+            feature_dim = 2 * hidden
         self.value_encoder = (
             ObsEncoder(cfg, cfg.value_obs_keys, self.obs_shapes, self.normalizers)
             if cfg.value_obs_keys
             else None
         )
-        critic_in = self.value_encoder.out_dim if self.value_encoder else 2 * hidden
-        self.critic = ValueHead(critic_in, cfg.value_hidden_dims)
+        self.critic = ValueHead(
+            self.value_encoder.out_dim if self.value_encoder else feature_dim, cfg.value_hidden_dims
+        )
         self.to(device)
 
     @property
@@ -86,20 +99,25 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         first = self.action_tokenizer.first_token
         return hidden @ self.lm_head.weight[first : first + NUM_ACTION_TOKENS].T
 
-    def _value(self, obs: TensorDict, prefix_hidden: torch.Tensor, prefix_mask: torch.Tensor) -> torch.Tensor:
+    def _value(self, obs: TensorDict, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """V from the critic's own encoder, else from the actor's features (mask None: already pooled)."""
         if self.value_encoder is not None:
             return self.critic(self.value_encoder(obs))
-        return self.critic(pool(prefix_hidden, prefix_mask))
+        return self.critic(hidden if mask is None else pool(hidden, mask))
 
     def _sampling_params(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        acfg, device = self.cfg.autoregressive, self.lm_head.weight.device
+        acfg, device = self.cfg.autoregressive, self.critic.net[0].weight.device
         return (
             torch.full((n,), acfg.temperature, device=device),
             torch.full((n,), acfg.top_k, dtype=torch.long, device=device),
         )
 
-    def _parallel_logits(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One pass over prefix + slots: action logits [N, C*A, 256], prefix hidden and mask."""
+    def _parallel_logits(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """One pass over prefix + slots: action logits [N, C*A, 256], prefix hidden and mask (mlp: the
+        encoder's features [N, F] and None)."""
+        if self.encoder is not None:
+            features = self.encoder(obs)
+            return self.token_head(features).view(-1, self.num_slots, NUM_ACTION_TOKENS), features, None
         prefix = self.prefix_encoder(obs)
         n, p = prefix.mask.shape
         if self.decoding == "oft":
@@ -204,6 +222,8 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
     def value(self, obs: TensorDict) -> torch.Tensor:
         if self.value_encoder is not None:
             return self.critic(self.value_encoder(obs))
+        if self.encoder is not None:
+            return self.critic(self.encoder(obs))
         prefix = self.prefix_encoder(obs)
         positions = positions_from_mask(prefix.mask)
         hidden = self.backbone(prefix.embeds, prefix.mask.long(), position_ids=positions).last_hidden_state

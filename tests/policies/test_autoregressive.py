@@ -2,12 +2,14 @@
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from embodrl.errors import ConfigError, UserError
 from embodrl.policies.autoregressive.action_tokenizer import NUM_ACTION_TOKENS, ActionTokenizer
+from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
 from embodrl.policies.autoregressive.modeling import entropy, processed_log_probs
 from embodrl.policies.registry import load_policy
-from tests.policies.vla_testing import LOGPROB_SHAPES, N, build, make_obs
+from tests.policies.vla_testing import LOGPROB_SHAPES, A, C, N, S, build, make_obs
 
 
 def test_bins_round_trip_within_half_a_bin_on_the_last_256_ids():
@@ -100,3 +102,20 @@ def test_unbounded_action_normalization_and_unsupported_keys_are_rejected():
     del obs["wrist_rgb"]
     with pytest.raises(UserError, match="wrist_rgb"):
         build("autoregressive").act(obs)
+
+
+def test_token_mlp_needs_parallel_decoding_and_reads_no_instruction():
+    with pytest.raises(ConfigError, match="decoding=parallel"):
+        AutoregressiveConfig(conditioning="mlp")
+    policy = build(
+        "autoregressive",
+        obs_keys=("state",),
+        autoregressive={"conditioning": "mlp", "decoding": "parallel", "hidden_dims": (16,)},
+    )
+    assert policy.prefix_encoder is None and not hasattr(policy, "lm_head")
+    obs = TensorDict(
+        {"state": torch.randn(3, S), "task_id": torch.zeros(3, dtype=torch.long)}, batch_size=[3]
+    )
+    out = policy.act(obs)
+    assert out.actions.shape == (3, C, A) and out.replay["action_index"].shape == (3, C * A)
+    assert torch.allclose(policy.evaluate(obs, out.replay).logprob, out.logprob)

@@ -1,10 +1,12 @@
-"""The Policy contract for the Gaussian and flow families: shapes, ratio == 1, save -> load, bad input."""
+"""The Policy contract for the Gaussian, flow and token-MLP families: shapes, ratio == 1, save -> load, bad
+input."""
 
 import pytest
 import torch
 from tensordict import TensorDict
 
 from embodrl.errors import UserError
+from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.normalization import compute_stats
@@ -20,6 +22,12 @@ VARIANTS = {
     # pi0-style action expert over the nano VLA (reads obs["instruction"] as well)
     "flow-vla-noise": dict(family="flow", flow=FlowConfig(conditioning="vla", num_steps=3)),
     "flow-vla-sde": dict(family="flow", flow=FlowConfig(conditioning="vla", likelihood="sde", num_steps=3)),
+    # action tokens over 256 bins from an MLP on state (the autoregressive likelihood without the VLA)
+    "token-mlp": dict(
+        family="autoregressive",
+        action_normalization="quantile",
+        autoregressive=AutoregressiveConfig(conditioning="mlp", decoding="parallel", hidden_dims=(32, 32)),
+    ),
 }
 LOGPROB_SHAPES = {"token": (N, C, A), "action": (N, C), "chunk": (N,)}
 
