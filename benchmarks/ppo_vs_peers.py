@@ -333,6 +333,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds first..first+n-1 per library")
     parser.add_argument("--first-seed", type=int, default=0, help="to split seeds over processes")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, every library alike")
+    names = ["embodrl", *PEERS]
+    parser.add_argument("--libraries", nargs="+", choices=names, default=names, help="which libraries run")
     parser.add_argument("--quick", action="store_true", help="20k steps, 1 seed")
     args = parser.parse_args()
     steps, seeds = (20_000, 1) if args.quick else (args.steps, args.seeds)
@@ -343,8 +345,10 @@ def main() -> None:
         f"{ENV_ID}: {iterations} iterations x {settings.rollout_steps} steps = "
         f"{iterations * settings.rollout_steps} env-steps, {seeds} seed(s), {args.threads} torch thread(s)"
     )
-    libraries = {"embodrl": None}
+    libraries = {"embodrl": None} if "embodrl" in args.libraries else {}
     for name, (module, run) in PEERS.items():
+        if name not in args.libraries:
+            continue
         reason = missing_peer(module)
         if reason:
             print(f"skipping {name}: {reason}")
@@ -364,7 +368,8 @@ def main() -> None:
                     f"{result.env_steps} env-steps {result.note}".rstrip(),
                     flush=True,
                 )
-    summarize(results)
+    if "embodrl" in libraries:  # the table is relative to embodrl; otherwise the lines above are the result
+        summarize(results)
 
 
 if __name__ == "__main__":
