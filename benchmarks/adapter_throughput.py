@@ -50,7 +50,9 @@ def vecenv_rate(cfg: EnvConfig, calls: int, device: str = "cpu") -> float:
     return rate
 
 
-def raw_maniskill_rate(task: str, obs_mode: str, size: int, calls: int, num_envs: int = 1) -> float:
+def raw_maniskill_rate(
+    task: str, obs_mode: str, size: int, calls: int, num_envs: int = 1, sim_backend: str = "physx_cpu"
+) -> float:
     import gymnasium as gym
     import mani_skill.envs  # noqa: F401 (registers the tasks)
 
@@ -59,7 +61,7 @@ def raw_maniskill_rate(task: str, obs_mode: str, size: int, calls: int, num_envs
         num_envs=num_envs,
         obs_mode=obs_mode,
         control_mode="pd_ee_delta_pose",
-        sim_backend="physx_cpu" if num_envs == 1 else "physx_cuda",
+        sim_backend=sim_backend,
         sensor_configs={"width": size, "height": size},
     )
     env.reset(seed=0)
@@ -101,7 +103,7 @@ def _gpu_cell(task: str, obs_mode: str, size: int, num_envs: int, calls: int, ad
 
 def gpu_cell_rate(task: str, obs_mode: str, size: int, num_envs: int, calls: int, adapter: bool) -> float:
     if not adapter:
-        return raw_maniskill_rate(task, obs_mode, size, calls, num_envs=num_envs)
+        return raw_maniskill_rate(task, obs_mode, size, calls, num_envs, sim_backend="physx_cuda")
     cfg = EnvConfig(
         suite="maniskill",
         task=task,

@@ -51,12 +51,12 @@ def _train_jobs(
     )
     common = [f"device={device}", its, "train.eval_every=0", "train.save_every=1000", *small]
     sft = [f"sft.dataset={demos}", "sft.steps=20" if quick else "sft.steps=500", "sft.eval_episodes=8"]
-    pick = ["pick_flow_noise", *(sft if demos else ["sft.dataset=''"]), "train.eval_episodes=16", *common]
+    pick = ["pick_flow_noise", *(sft if demos else ["sft.dataset="]), "train.eval_episodes=16", *common]
     nano = ["pi0_flow_noise_nano", *common, "env.num_envs=4" if quick else "env.num_envs=16"]
     learning = [
         Job(
             "tabletop reach, state PPO (60 it)",
-            ["reach_ppo", f"device={device}", "env.num_threads=4", "train.iterations=2" if quick else ""],
+            ["reach_ppo", f"device={device}", "env.num_threads=4", *quick * ["train.iterations=2"]],
             150,
         ),
     ]
@@ -129,17 +129,13 @@ def _train_jobs(
                     "env.num_envs=8",
                     "algo.minibatch_size=16",
                     "train.precision=bf16",
-                    "train.iterations=2",
-                    *common[3:],
-                    f"device={device}",
-                    "train.eval_every=0",
+                    *common,
+                    "train.iterations=2",  # later overrides win
                     "train.eval_episodes=8",
                 ],
                 300,
             ),
         )
-    for job in learning + checks:
-        job.args = [a for a in job.args if a]
     return learning, checks
 
 
