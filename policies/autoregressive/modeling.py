@@ -106,7 +106,7 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         return self.critic(hidden if mask is None else pool(hidden, mask))
 
     def _sampling_params(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        acfg, device = self.cfg.autoregressive, self.critic.net[0].weight.device
+        acfg, device = self.cfg.autoregressive, next(self.critic.parameters()).device
         return (
             torch.full((n,), acfg.temperature, device=device),
             torch.full((n,), acfg.top_k, dtype=torch.long, device=device),
