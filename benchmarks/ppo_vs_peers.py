@@ -10,7 +10,8 @@ normalized per minibatch, orthogonal initialization, observations normalized by 
 `bench` extra (`pip install -e .[bench]`); a peer that is not installed is skipped with the reason.
 What each library can do of that:
 - embodrl: all of it (algo.obs_normalization, algo.reward_scaling, algo.normalize_advantages=minibatch,
-  algo.lr_schedule=linear, policy.gaussian.init=orthogonal).
+  algo.lr_schedule=linear, policy.gaussian.init=orthogonal), with the env stepped on the training
+  thread (engine=inline) as in the peers' loops.
 - stable-baselines3: all of it (VecNormalize, as CleanRL and rl-zoo; lr as a function of progress).
 - rsl-rl-lib: EmpiricalNormalization of observations only, no reward scaling, a fixed lr, PyTorch's
   default initialization.
@@ -91,6 +92,7 @@ def run_embodrl(s: PPOSettings, iterations: int, seed: int, threads: int, workdi
     overrides = [
         "env=halfcheetah",
         "env.num_envs=1",
+        "engine=inline",  # one cheap env: stepped on the training thread, as the peers' loops do
         f"env.max_episode_steps={EPISODE_STEPS}",
         "policy.family=gaussian",
         "policy.chunk_size=1",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from tensordict import TensorDict, tensorclass
@@ -57,6 +57,11 @@ class StepResult:
     @property
     def done(self) -> torch.Tensor:
         return self.terminated | self.truncated
+
+    def as_tensordict(self) -> TensorDict:
+        """The same tensors in a TensorDict, for a channel (`to_tensordict` would copy every one)."""
+        tensors = {f.name: getattr(self, f.name) for f in fields(self)}
+        return TensorDict(tensors, batch_size=self.batch_size, device=self.device)
 
 
 class VecEnv(ABC):
@@ -136,9 +141,8 @@ class VecEnv(ABC):
             raise UserError(
                 f"actions must have shape [N={self.num_envs}, C, A={spec.dim}], got {list(actions.shape)}"
             )
-        bad = ~torch.isfinite(actions).all(dim=-1).all(dim=-1)
-        if bad.any():
-            ids = bad.nonzero().flatten().tolist()
+        if not torch.isfinite(actions).all():  # one reduction per step; the env indices only on error
+            ids = (~torch.isfinite(actions)).any(dim=-1).any(dim=-1).nonzero().flatten().tolist()
             raise UserError(f"actions contain NaN or inf for env indices {ids}")
         return actions.to(torch.float32).clamp(spec.low, spec.high)
 

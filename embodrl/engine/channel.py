@@ -1,6 +1,8 @@
-"""Channels: one put/get interface for TensorDict messages with typed headers, over three transports.
+"""Channels: one put/get interface for TensorDict messages with typed headers, over four transports.
 
 The schedule code is the same whichever transport carries the messages:
+- `inline`: no second thread: the env worker answers each request inside `put` (requests go through
+  a `DirectChannel`, replies through an in-process queue);
 - `inproc`: a thread-safe queue between threads of one process (tensors are passed by reference);
 - `multiprocess`: a torch.multiprocessing queue; CPU tensors travel through shared memory;
 - `ray`: a Ray queue actor, so workers may live on other machines (`ray` extra, imported lazily).
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import queue
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +68,21 @@ class QueueChannel(Channel):
             raise ChannelTimeout(f"no message within {timeout} s") from None
 
 
+class DirectChannel(Channel):
+    """Requests handed to a function in the caller's thread as they are put (the `inline` transport)."""
+
+    def __init__(self) -> None:
+        self.server: Callable[[Header, TensorDict | None], None] | None = None  # set by the worker
+
+    def put(self, header: Header, payload: TensorDict | None = None) -> None:
+        if self.server is None:
+            raise RuntimeError("no env worker is attached to this inline channel")
+        self.server(header, payload)
+
+    def get(self, timeout: float | None = None) -> Message:
+        raise RuntimeError("an inline request channel is answered on put; nothing waits to be read")
+
+
 class InProcChannel(QueueChannel):
     """Between threads of one process."""
 
@@ -91,6 +109,7 @@ class RayChannel(QueueChannel):
 
 
 CHANNELS: dict[str, type[Channel]] = {
+    "inline": InProcChannel,  # the replies; requests use a DirectChannel (`make_request_channel`)
     "inproc": InProcChannel,
     "multiprocess": MultiprocessChannel,
     "ray": RayChannel,
@@ -101,3 +120,8 @@ def make_channel(transport: str) -> Channel:
     """A new channel of the named transport."""
     check_choice("engine.transport", transport, TRANSPORTS)
     return CHANNELS[transport]()
+
+
+def make_request_channel(transport: str) -> Channel:
+    """The channel requests travel on to an env worker: answered on put for `inline`, else a queue."""
+    return DirectChannel() if transport == "inline" else make_channel(transport)

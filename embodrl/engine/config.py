@@ -6,7 +6,7 @@ from embodrl.choices import check_choice, check_positive
 from embodrl.errors import ConfigError
 
 SCHEDULES = ("sequential", "pipelined", "async")
-TRANSPORTS = ("inproc", "multiprocess", "ray")
+TRANSPORTS = ("inproc", "inline", "multiprocess", "ray")
 PLACEMENTS = ("colocated", "disaggregated")
 # engine/data_parallel.py's strategies (this module stays torch-free)
 DATA_PARALLEL = ("ddp", "fsdp")
@@ -31,7 +31,9 @@ class EngineConfig:
     # weight versions old.
     schedule: str = "sequential"
     num_stages: int = 1  # K: the env worker's envs split into K stages of num_envs / K envs
-    # inproc: env worker on a thread; multiprocess: a process with shared-memory tensors; ray: a Ray actor
+    # inproc: env worker on a thread; inline: on the caller's thread (the least per-step overhead, for
+    # a few envs with cheap steps; no stall timeout, no overlap); multiprocess: a process with
+    # shared-memory tensors; ray: a Ray actor
     transport: str = "inproc"
     max_staleness: int = 0  # async: 0 reproduces the synchronous result
     # colocated: the rollout worker uses the actor's policy (sync schedules); disaggregated: a copy on
@@ -59,6 +61,11 @@ class EngineConfig:
         check_positive("engine.ray.num_cpus", self.ray.num_cpus, allow_zero=True)
         if self.schedule == "pipelined" and self.num_stages < 2:
             raise ConfigError("engine.schedule=pipelined needs engine.num_stages >= 2 (e.g. 2 or 4)")
+        if self.schedule == "pipelined" and self.transport == "inline":
+            raise ConfigError(
+                "engine.schedule=pipelined overlaps simulation with inference, and engine.transport=inline "
+                "simulates on the inferring thread: use engine.transport=inproc or multiprocess"
+            )
         if self.data_parallel == "fsdp":
             self._check_lockstep()
 

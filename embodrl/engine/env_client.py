@@ -12,7 +12,7 @@ from collections import deque
 import torch
 from tensordict import TensorDict
 
-from embodrl.engine.channel import ChannelTimeout, Header, make_channel
+from embodrl.engine.channel import ChannelTimeout, Header, make_channel, make_request_channel
 from embodrl.engine.config import EngineConfig
 from embodrl.engine.launch import launch_env_worker
 from embodrl.engine.timer import StageTimer
@@ -55,7 +55,7 @@ class StagedEnv(VecEnv):
             from embodrl.engine.ray_backend import init_ray
 
             init_ray(self.engine.ray)
-        self.requests, self.replies = make_channel(transport), make_channel(transport)
+        self.requests, self.replies = make_request_channel(transport), make_channel(transport)
         self._pending: deque[tuple[str, int]] = deque()  # (kind, stage) of requests not yet answered
         device = str(self.device)
         self.worker = launch_env_worker(self.env_cfg, self.engine, device, self.requests, self.replies)

@@ -7,6 +7,8 @@ Requests (Header.kind, payload) and their replies:
   step      -> ok (payload: StepResult as a TensorDict)       payload: actions [N/K, C, A]
   render    -> ok (payload: frames [n, H, W, 3])              payload: env_ids [n]
   close     -> ok, then the worker exits
+The worker serves from its own thread, process or Ray actor, or (transport `inline`) answers each
+request inside the caller's `put`.
 A request that raises is answered with `error` (info: the traceback) after the stage's envs are
 rebuilt from their config (their seed state), so the caller can retry the iteration.
 """
@@ -64,7 +66,7 @@ class EnvWorker:
             return Header("ok", header.stage), env.reset_to(payload["state_ids"], payload["env_ids"])
         if header.kind == "step":
             start = time.perf_counter()
-            result = env.step(payload["actions"]).to_tensordict()
+            result = env.step(payload["actions"]).as_tensordict()
             seconds = time.perf_counter() - start
             return Header("ok", header.stage, header.version, header.step, {"env_step": seconds}), result
         if header.kind == "render":
@@ -84,38 +86,48 @@ class EnvWorker:
         for env in self.stages:
             env.close()
 
+    def serve_one(self, header: Header, payload: TensorDict | None, replies: Channel) -> bool:
+        """Answer one request on `replies`; False once it was `close`."""
+        if header.kind == "close":
+            self.close()
+            replies.put(Header("ok"))
+            return False
+        try:
+            reply, out = self.handle(header, payload)
+        except Exception:
+            error = traceback.format_exc()
+            log.warning("env worker stage %d failed; restarting its envs:\n%s", header.stage, error)
+            try:
+                self.restart(header.stage)
+            except Exception:
+                error += "\nrestarting the stage failed too:\n" + traceback.format_exc()
+            replies.put(Header("error", header.stage, header.version, header.step, error))
+            return True
+        replies.put(reply, out)
+        return True
+
     def serve(self, requests: Channel, replies: Channel) -> None:
         """Answer requests until `close`."""
-        while True:
-            header, payload = requests.get()
-            if header.kind == "close":
-                self.close()
-                replies.put(Header("ok"))
-                return
-            try:
-                reply, out = self.handle(header, payload)
-            except Exception:
-                error = traceback.format_exc()
-                log.warning("env worker stage %d failed; restarting its envs:\n%s", header.stage, error)
-                try:
-                    self.restart(header.stage)
-                except Exception:
-                    error += "\nrestarting the stage failed too:\n" + traceback.format_exc()
-                replies.put(Header("error", header.stage, header.version, header.step, error))
-                continue
-            replies.put(reply, out)
+        while self.serve_one(*requests.get(), replies):
+            pass
+
+
+def build_env_worker(env_cfg: EnvConfig, num_stages: int, device: str, replies: Channel) -> EnvWorker | None:
+    """The env worker, or None after answering `error` on `replies` (a UserError as it is, for the
+    caller to re-raise; anything else as its traceback)."""
+    try:
+        return EnvWorker(env_cfg, num_stages, device)
+    except UserError as e:
+        replies.put(Header("error", info=e))
+    except Exception:
+        replies.put(Header("error", info=traceback.format_exc()))
+    return None
 
 
 def serve_env_worker(
     env_cfg: EnvConfig, num_stages: int, device: str, requests: Channel, replies: Channel
 ) -> None:
     """Entry point of an env worker thread or process: build the envs, then serve until `close`."""
-    try:
-        worker = EnvWorker(env_cfg, num_stages, device)
-    except UserError as e:  # a bad env config: the caller re-raises it as it is
-        replies.put(Header("error", info=e))
-        return
-    except Exception:
-        replies.put(Header("error", info=traceback.format_exc()))
-        return
-    worker.serve(requests, replies)
+    worker = build_env_worker(env_cfg, num_stages, device, replies)
+    if worker is not None:
+        worker.serve(requests, replies)

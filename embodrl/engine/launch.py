@@ -1,13 +1,13 @@
-"""Start an env worker on a thread, a process or a Ray actor, and know whether it is still alive."""
+"""Start an env worker on a thread, a process, a Ray actor or inline, and know whether it is still alive."""
 
 from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
 
-from embodrl.engine.channel import Channel
+from embodrl.engine.channel import Channel, DirectChannel, Header
 from embodrl.engine.config import EngineConfig
-from embodrl.engine.env_worker import serve_env_worker
+from embodrl.engine.env_worker import build_env_worker, serve_env_worker
 from embodrl.sims.config import EnvConfig
 
 
@@ -41,6 +41,31 @@ class ThreadHandle(WorkerHandle):
         self.thread.join(timeout)
 
 
+class InlineHandle(WorkerHandle):
+    """An env worker that answers each request inside the caller's `put` (no thread to hop to). A
+    hung env hangs the caller: there is no one to notice a stall."""
+
+    def __init__(
+        self, env_cfg: EnvConfig, num_stages: int, device: str, requests: DirectChannel, replies: Channel
+    ) -> None:
+        self.worker = build_env_worker(env_cfg, num_stages, device, replies)  # None: `error` is queued
+        self.replies, self.open = replies, self.worker is not None
+        requests.server = self._answer
+
+    def _answer(self, header: Header, payload) -> None:
+        if self.open:
+            self.open = self.worker.serve_one(header, payload, self.replies)
+
+    def alive(self) -> bool:
+        return self.open
+
+    def describe_exit(self) -> str:
+        return "the inline env worker was closed"
+
+    def join(self, timeout: float) -> None:
+        pass  # nothing runs on its own
+
+
 class ProcessHandle(WorkerHandle):
     def __init__(self, *args) -> None:
         import torch.multiprocessing as mp
@@ -71,6 +96,8 @@ def launch_env_worker(
     args = (env_cfg, engine.num_stages, device, requests, replies)
     if engine.transport == "inproc":
         return ThreadHandle(*args)
+    if engine.transport == "inline":
+        return InlineHandle(*args)
     if engine.transport == "multiprocess":
         return ProcessHandle(*args)
     from embodrl.engine.ray_backend import RayHandle

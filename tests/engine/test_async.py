@@ -27,6 +27,8 @@ def _train(tmp_path, *overrides):
     [
         ("engine.schedule=async", "engine.max_staleness=0"),
         ("engine.placement=disaggregated",),  # a policy copy that receives the weights of every update
+        # envs stepped on the rollout thread itself
+        ("engine.schedule=async", "engine.max_staleness=0", "engine.transport=inline"),
     ],
 )
 def test_async_with_staleness_zero_reproduces_the_synchronous_run(tmp_path, engine):

@@ -22,5 +22,5 @@ def test_channel_carries_typed_headers_and_nested_tensordicts_in_order(transport
 
 
 def test_unknown_transport_is_a_config_error():
-    with pytest.raises(ConfigError, match="inproc, multiprocess, ray"):
+    with pytest.raises(ConfigError, match="inproc, inline, multiprocess, ray"):
         make_channel("carrier-pigeon")

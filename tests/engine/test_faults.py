@@ -17,11 +17,15 @@ def _train(tmp_path, *overrides):
     return read_metrics(runner.run_dir)
 
 
-def test_a_failing_env_worker_is_restarted_and_the_iteration_retried(tmp_path, monkeypatch, caplog):
+@pytest.mark.parametrize(
+    "engine",
+    [("engine.schedule=pipelined",), ("engine.transport=inline",)],  # a thread; the caller's own thread
+)
+def test_a_failing_env_worker_is_restarted_and_the_iteration_retried(tmp_path, monkeypatch, caplog, engine):
     monkeypatch.setitem(registry.SUITES, "flaky", "tests.engine.flaky_env:make_flaky")
     monkeypatch.setattr(flaky_env.FlakyVecEnv, "fail_at", 50)  # 2 stages x 20 steps: 2nd rollout
     monkeypatch.setattr(flaky_env.FlakyVecEnv, "steps", 0)
-    stages = ("engine.schedule=pipelined", "engine.num_stages=2")
+    stages = (*engine, "engine.num_stages=2")
     clean = _train(tmp_path / "clean", *stages)
     flaky = _train(tmp_path / "flaky", *stages, "env.suite=flaky")
     assert flaky_env.FlakyVecEnv.fail_at == -1, "the fault was never injected"

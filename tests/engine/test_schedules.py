@@ -57,6 +57,24 @@ def test_pipelined_gives_the_sequential_trajectories(stages):
         torch.testing.assert_close(sequential[key], pipelined[key], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("stages", [1, 2])
+def test_inline_transport_gives_the_threaded_rollout(stages):
+    stages = f"engine.num_stages={stages}"
+    threaded = _rollout(stages, deterministic=False).buffer.data
+    inline = _rollout(stages, "engine.transport=inline", deterministic=False).buffer.data
+    assert bool((inline["truncated"] | inline["terminated"]).any()), "no episode ended in the rollout"
+    keys = ("reward", "terminated", "truncated", ("obs", "state"), "actions", "logprob", "bootstrap_value")
+    for key in keys:
+        assert torch.equal(threaded[key], inline[key]), key
+
+
+def test_inline_transport_cannot_pipeline():
+    from embodrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="engine.transport=inline simulates on the inferring thread"):
+        pendulum("engine.schedule=pipelined", "engine.num_stages=2", "engine.transport=inline")
+
+
 def test_rollout_reports_stage_timings_and_episodes():
     rollout = _rollout("engine.schedule=pipelined", "engine.num_stages=2", deterministic=False)
     assert {"inference", "env_step", "env_wait"} <= set(rollout.timings)
@@ -73,9 +91,10 @@ def test_num_envs_must_split_into_the_stages():
         StagedEnv(cfg.env, cfg.engine)
 
 
-def test_a_bad_env_config_is_the_users_error_not_a_worker_crash():
+@pytest.mark.parametrize("transport", ["inproc", "inline"])
+def test_a_bad_env_config_is_the_users_error_not_a_worker_crash(transport):
     from embodrl.errors import UserError
 
-    cfg = pendulum("env.gym_id=NoSuchEnv-v0")
+    cfg = pendulum("env.gym_id=NoSuchEnv-v0", f"engine.transport={transport}")
     with pytest.raises(UserError):
         StagedEnv(cfg.env, cfg.engine)
