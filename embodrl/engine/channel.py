@@ -4,7 +4,8 @@ The schedule code is the same whichever transport carries the messages:
 - `inline`: no second thread: the env worker answers each request inside `put` (requests go through
   a `DirectChannel`, replies through an in-process queue);
 - `inproc`: a thread-safe queue between threads of one process (tensors are passed by reference);
-- `multiprocess`: a torch.multiprocessing queue; CPU tensors travel through shared memory;
+- `multiprocess`: a torch.multiprocessing queue; CPU payloads are copied into shared-memory slots that
+  are reused from message to message, so only a slot number crosses the pipe;
 - `ray`: a Ray queue actor, so workers may live on other machines (`ray` extra, imported lazily).
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from tensordict import TensorDict
 
 from embodrl.choices import check_choice
@@ -90,13 +92,95 @@ class InProcChannel(QueueChannel):
         super().__init__(queue.Queue())
 
 
-class MultiprocessChannel(QueueChannel):
-    """Between processes of one machine; torch's queue moves CPU tensor storage into shared memory."""
+@dataclass(frozen=True)
+class _SlotRef:
+    """A shared-memory slot of the sender's; `slot` is set the first time, when the receiver meets it."""
+
+    layout: int
+    index: int
+    slot: TensorDict | None = None
+
+
+def _layout(payload: TensorDict) -> tuple | None:
+    """What a slot must match (keys, shapes, dtypes, nesting), or None when a payload cannot use slots
+    (tensors off the CPU travel as they are: torch shares CUDA memory by handle)."""
+    entries: list[tuple] = []
+    for key, value in payload.items(include_nested=True):
+        if isinstance(value, torch.Tensor):
+            if value.device.type != "cpu":
+                return None
+            entries.append((key, value.dtype, tuple(value.shape)))
+        elif isinstance(value, TensorDict):
+            entries.append((key, tuple(value.batch_size)))
+        else:
+            return None
+    return tuple(payload.batch_size), tuple(entries)
+
+
+class MultiprocessChannel(Channel):
+    """Between processes of one machine, over a torch.multiprocessing queue.
+
+    Sending a tensor through the queue creates a shared-memory file for it, about a millisecond per
+    message of a dozen tensors. Instead the sender keeps slots: shared-memory copies of the payloads it
+    has sent, one set per layout. A payload is copied into a slot the receiver has released, and only
+    the slot's number is sent (the slot itself travels once, as shared-memory handles, the first time).
+    The receiver copies the slot out and hands its number back on a second queue, so a slot is never
+    written while it is read; a sender that finds no released slot adds one.
+    """
 
     def __init__(self) -> None:
         import torch.multiprocessing as mp
 
-        super().__init__(mp.get_context("spawn").Queue())
+        context = mp.get_context("spawn")
+        self._queue, self._released = context.Queue(), context.SimpleQueue()
+        self._init_ends()
+
+    def _init_ends(self) -> None:
+        """Each process's own half: the sender's slots, the receiver's view of them."""
+        self._layouts: dict[tuple, int] = {}  # sender: layout -> its number
+        self._slots: dict[int, list[TensorDict]] = {}  # sender: the slots of each layout
+        self._free: set[tuple[int, int]] = set()  # sender: (layout, index) released by the receiver
+        self._seen: dict[tuple[int, int], TensorDict] = {}  # receiver: the slots met so far
+
+    def __getstate__(self) -> dict:
+        return {"_queue": self._queue, "_released": self._released}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._init_ends()
+
+    def put(self, header: Header, payload: TensorDict | None = None) -> None:
+        layout = None if payload is None else _layout(payload)
+        if layout is None:
+            self._queue.put((header, payload))
+            return
+        while not self._released.empty():
+            self._free.add(self._released.get())
+        number = self._layouts.setdefault(layout, len(self._layouts))
+        slots = self._slots.setdefault(number, [])
+        index = next((i for i in range(len(slots)) if (number, i) in self._free), None)
+        if index is None:
+            slots.append(payload.clone().share_memory_())
+            index = len(slots) - 1
+            self._queue.put((header, _SlotRef(number, index, slots[index])))
+            return
+        self._free.discard((number, index))
+        slots[index].update_(payload)
+        self._queue.put((header, _SlotRef(number, index)))
+
+    def get(self, timeout: float | None = None) -> Message:
+        try:
+            header, payload = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise ChannelTimeout(f"no message within {timeout} s") from None
+        if not isinstance(payload, _SlotRef):
+            return header, payload
+        key = (payload.layout, payload.index)
+        if payload.slot is not None:
+            self._seen[key] = payload.slot
+        out = self._seen[key].clone()
+        self._released.put(key)
+        return header, out
 
 
 class RayChannel(QueueChannel):

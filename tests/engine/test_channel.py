@@ -24,3 +24,26 @@ def test_channel_carries_typed_headers_and_nested_tensordicts_in_order(transport
 def test_unknown_transport_is_a_config_error():
     with pytest.raises(ConfigError, match="inproc, inline, multiprocess, ray"):
         make_channel("carrier-pigeon")
+
+
+def _numbered(i: int, n: int) -> TensorDict:
+    nested = {"y": torch.arange(n) + i}
+    return TensorDict({"x": torch.full((n, 4), float(i)), "nested": nested}, batch_size=[n])
+
+
+def test_multiprocess_channel_reuses_shared_slots_and_hands_out_copies():
+    channel = make_channel("multiprocess")
+    received = []
+    for i in range(6):  # two layouts, interleaved; each message read before the next is sent
+        channel.put(Header("step", step=i), _numbered(i, 2 + i % 2))
+        received.append(channel.get(timeout=10))
+    for i in range(6, 9):  # three in flight at once: each needs a slot of its own
+        channel.put(Header("step", step=i), _numbered(i, 2))
+    received += [channel.get(timeout=10) for _ in range(3)]
+    for i, (header, got) in enumerate(received):
+        n = 2 + i % 2 if i < 6 else 2
+        assert header.step == i and got.batch_size == torch.Size([n])
+        assert torch.equal(got["x"], torch.full((n, 4), float(i))), i  # later messages did not overwrite it
+        assert torch.equal(got["nested", "y"], torch.arange(n) + i)
+        assert not got.is_shared()  # a copy: the slot goes back to the sender
+    assert sorted(len(slots) for slots in channel._slots.values()) == [1, 3]
