@@ -109,7 +109,7 @@ def _train_jobs(
         Job("torchrun DDP, 1 rank", ["reach_ppo", *common], 150, torchrun=True),
         Job(
             "torchrun FSDP, 1 rank, nano pi0",
-            [*nano, "engine.data_parallel=fsdp", "engine.max_retries=0"],
+            [*nano, "engine.data_parallel=fsdp"],
             150,
             torchrun=True,
         ),

@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         "first (into RUN/sft/) and RL from its result. Data-parallel on K processes or GPUs: "
         "torchrun --nproc_per_node=K -m embodrl.cli train ... (each rank steps env.num_envs envs of its own; "
         "gradients averaged over ranks; rank 0 writes the run folder; engine.data_parallel=ddp replicates "
-        "the weights, engine.data_parallel=fsdp engine.max_retries=0 shards them). " + OVERRIDES_HELP,
+        "the weights, engine.data_parallel=fsdp shards them). " + OVERRIDES_HELP,
     )
     p.add_argument(
         "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"

@@ -82,9 +82,3 @@ class EngineConfig:
                 "engine.data_parallel=fsdp needs engine.placement=colocated: the rollouts use the sharded "
                 "actor itself (a whole copy per rank is what fsdp avoids; use ddp for that)"
             )
-        if self.max_retries:
-            raise ConfigError(
-                "engine.data_parallel=fsdp needs engine.max_retries=0: a rollout retried on one rank "
-                "would put its all-gathers out of step with the other ranks (a failed env worker then "
-                "ends the run, and torchrun stops the other ranks)"
-            )

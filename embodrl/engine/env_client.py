@@ -45,6 +45,11 @@ class StagedEnv(VecEnv):
         self.device = torch.device(device)
         self.timer = StageTimer()  # env_step (inside the worker) and env_wait (the caller blocked)
         self._obs: list[TensorDict | None] = [None] * self.num_stages  # latest observation per stage
+        # fail_soft (ranks in lockstep): a failed step is kept in `failure` and answered with placeholders
+        # until the rollout ends, so this rank runs the same forwards as the others; then all retry
+        self.fail_soft = False
+        self.failure: EnvWorkerError | None = None
+        self._chunk = [1] * self.num_stages  # chunk length of each stage's last actions, for placeholders
         self._start()
         self._request(Header("spec"))
         self._spec = self._receive()[0].info
@@ -103,17 +108,50 @@ class StagedEnv(VecEnv):
     # --- stage-level API (pipelined schedules) ---------------------------------------------------
     def send_step(self, stage: int, actions: torch.Tensor, version: int = 0, step: int = 0) -> None:
         """Start stepping one stage with actions [N/K, C, A]; collect the result with `recv_step`."""
+        self._chunk[stage] = actions.shape[1]
+        if self.failure is not None:
+            return  # this rollout is lost; its remaining steps are placeholders
         payload = TensorDict({"actions": actions}, batch_size=actions.shape[:1])
         self._request(Header("step", stage, version, step), payload)
 
     def recv_step(self, stage: int) -> StepResult:
         """The StepResult [N/K] of the oldest pending step, which must be stage `stage`'s."""
-        header, payload = self._receive()
+        if self.failure is not None:
+            return self._placeholder(stage)
+        try:
+            header, payload = self._receive()
+        except EnvWorkerError as error:
+            if not self.fail_soft:
+                raise
+            self.failure = error
+            return self._placeholder(stage)
         if header.stage != stage:
             raise RuntimeError(f"expected the reply of stage {stage}, got stage {header.stage}")
         result = StepResult.from_tensordict(payload)
         self._obs[stage] = result.obs
         return result
+
+    def _placeholder(self, stage: int) -> StepResult:
+        """What a stage "returns" after a soft failure: its last observation again, nothing executed."""
+        obs = self._obs[stage]
+        n, chunk = self.stage_size, self._chunk[stage]
+        no = torch.zeros(n, dtype=torch.bool, device=self.device)
+        return StepResult(
+            obs=obs,
+            reward=torch.zeros(n, chunk, device=self.device),
+            terminated=no,
+            truncated=no.clone(),
+            success=no.clone(),
+            final_obs=obs,
+            steps_executed=torch.zeros(n, dtype=torch.int64, device=self.device),
+            batch_size=[n],
+            device=self.device,
+        )
+
+    def take_failure(self) -> EnvWorkerError | None:
+        """The soft failure of the last rollout, if any; clears it."""
+        failure, self.failure = self.failure, None
+        return failure
 
     def stage_slice(self, stage: int) -> slice:
         return slice(stage * self.stage_size, (stage + 1) * self.stage_size)

@@ -135,11 +135,9 @@ def test_a_sharded_rollout_runs_the_bootstrap_forward_whether_or_not_an_env_trun
         assert rollout.calls == (1 if lockstep or any(truncated) else 0)
 
 
-@pytest.mark.parametrize(
-    "override", ["engine.schedule=async", "engine.placement=disaggregated", "engine.max_retries=1"]
-)
+@pytest.mark.parametrize("override", ["engine.schedule=async", "engine.placement=disaggregated"])
 def test_fsdp_refuses_schedules_whose_forwards_differ_between_ranks(override):
-    fsdp = ("engine.data_parallel=fsdp", "engine.max_retries=0")
+    fsdp = ("engine.data_parallel=fsdp",)
     pendulum(*fsdp, "engine.schedule=pipelined", "engine.num_stages=2")  # lockstep: accepted
     with pytest.raises(ConfigError, match="engine.data_parallel=fsdp needs"):
         pendulum(*fsdp, override)

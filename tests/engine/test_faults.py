@@ -68,3 +68,26 @@ def test_a_stalled_env_worker_is_reported_with_its_stage_and_replaced(monkeypatc
         assert env.step(torch.zeros(4, 1, 1)).reward.shape == (4, 1)
     finally:
         env.close()
+
+
+def test_a_soft_failing_env_answers_placeholders_until_the_failure_is_taken(monkeypatch):
+    monkeypatch.setitem(registry.SUITES, "flaky", "tests.engine.flaky_env:make_flaky")
+    monkeypatch.setattr(flaky_env.FlakyVecEnv, "fail_at", 2)  # stage 0's 1st step, stage 1's is the 2nd
+    monkeypatch.setattr(flaky_env.FlakyVecEnv, "steps", 0)
+    cfg = pendulum("env.suite=flaky", "engine.num_stages=2")
+    env = StagedEnv(cfg.env, cfg.engine)
+    try:
+        obs = env.reset_to(torch.arange(4))
+        env.fail_soft = True  # as ranks in lockstep collect
+        for _ in range(2):  # the failing step, then one after it: the env worker is not asked again
+            res = env.step(torch.zeros(4, 3, 1))
+            assert torch.equal(res.obs["state"][2:], obs["state"][2:]), "stage 1 stood still"
+            assert res.reward.shape == (4, 3) and not res.reward[2:].any()
+            assert not res.steps_executed[2:].any() and not res.done.any()
+        failure = env.take_failure()
+        assert isinstance(failure, EnvWorkerError) and failure.stage == 1
+        assert env.take_failure() is None
+        env.reset_to(torch.arange(4))  # the retry: stage 1 was rebuilt and steps again
+        assert bool(env.step(torch.zeros(4, 1, 1)).steps_executed.all())
+    finally:
+        env.close()

@@ -13,8 +13,10 @@ from torch.distributed.tensor import DTensor
 from embodrl import cli
 from embodrl.engine.data_parallel import transformer_blocks
 from embodrl.policies.registry import load_policy
+from embodrl.sims import registry
 from embodrl.train.logger import read_metrics
 from embodrl.train.rl_runner import OnPolicyRunner
+from tests.engine import flaky_env
 from tests.pendulum import PENDULUM
 
 WORLD = 2
@@ -52,8 +54,16 @@ def _rank_main(rank, port, argv, results):
         raise RuntimeError(f"rank {rank}: embodrl train failed")
 
 
-def _torchrun(tmp_path, argv):
-    mp.spawn(_rank_main, args=(_free_port(), argv, tmp_path), nprocs=WORLD)
+def _flaky_rank_main(rank, port, argv, results):
+    """A rank whose env raises at its 30th step (the 2nd rollout) on rank 0 only; the suite is registered
+    here because every rank is a new process."""
+    registry.SUITES["flaky"] = "tests.engine.flaky_env:make_flaky"
+    flaky_env.FlakyVecEnv.fail_at = 30 if rank == 0 else -1
+    _rank_main(rank, port, argv, results)
+
+
+def _torchrun(tmp_path, argv, main=_rank_main):
+    mp.spawn(main, args=(_free_port(), argv, tmp_path), nprocs=WORLD)
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
@@ -89,7 +99,6 @@ FLOW_VLA_NANO = [
     "train.eval_episodes=1",
     "train.tensorboard=false",
     "engine.data_parallel=fsdp",
-    "engine.max_retries=0",
 ]
 
 
@@ -129,3 +138,27 @@ def test_fsdp_ranks_shard_a_vla_save_a_whole_checkpoint_and_resume(tmp_path):
         changed |= not torch.equal(saved[name], value)
     assert changed, "the resumed iteration changed no weight"
     assert _adam_steps(run_dir) == {3.0}, "the resumed ranks did not load the optimizer state"
+
+
+@pytest.mark.slow
+def test_fsdp_ranks_retry_a_rollout_together_when_one_ranks_env_worker_fails(tmp_path):
+    """Rank 0's env raises mid-rollout: it finishes the rollout's forwards on placeholders, both ranks
+    retry it from the same states, and the run is the run without the failure."""
+    runs = {}
+    for name, suite, main in (("clean", "gym", _rank_main), ("flaky", "flaky", _flaky_rank_main)):
+        runs[name] = tmp_path / name / "runs"
+        overrides = [*PENDULUM, "engine.data_parallel=fsdp", f"env.suite={suite}", f"run_root={runs[name]}"]
+        ranks = _torchrun(tmp_path / name, ["train", *overrides, "name=fsdp", "train.iterations=3"], main)
+        runs[name] = (read_metrics(next((runs[name] / "fsdp").iterdir())), ranks)
+    (clean, clean_ranks), (flaky, flaky_ranks) = runs["clean"], runs["flaky"]
+    assert [r["engine/env_restarts"] for r in flaky] == [
+        0.0,
+        1.0,
+        1.0,
+    ]  # rank 0's one failure, in iteration 2
+    for a, b in zip(clean, flaky, strict=True):
+        for key in ("train/policy_loss", "rollout/return", "rollout/env_steps"):
+            assert a[key] == b[key], key
+    for name, value in clean_ranks[0]["weights"].items():
+        assert torch.equal(flaky_ranks[0]["weights"][name], value), name
+        assert torch.equal(flaky_ranks[1]["weights"][name], value), name

@@ -80,6 +80,11 @@ class Schedule(ABC):
     def collect(self, initial_states: InitialStates) -> Rollout:
         """Reset the envs to `initial_states()` (unless continuing episodes) and return a full rollout."""
 
+    def discard(self) -> None:
+        """Forget where the last rollout's episodes stood: the next collect resets every env (after a
+        rollout that is retried although it returned)."""
+        self._next_obs = None
+
     def push_weights(self, policy: nn.Module, version: int) -> None:
         """The actor's weights after update `version`; the rollout worker uses them from its next decision."""
         self.rollout.push_weights(policy, version)
