@@ -43,11 +43,12 @@ class GymVecEnv(VecEnv):
         self._act_low = act_space.low.astype(np.float64)
         self._act_high = act_space.high.astype(np.float64)
         self._state_dim = int(np.prod(obs_space.shape))
+        self._action_spec = ActionSpec(dim=int(np.prod(self._act_low.shape)))  # read on every step
         self._obs = np.zeros((self.num_envs, self._state_dim), np.float32)
 
     @property
     def action_spec(self) -> ActionSpec:
-        return ActionSpec(dim=int(np.prod(self._act_low.shape)))
+        return self._action_spec
 
     @property
     def observation_spec(self) -> dict[str, TensorSpec]:

@@ -72,9 +72,13 @@ class RolloutWorker:
     @torch.no_grad()
     def act(self, obs: TensorDict) -> ActOut:
         with self.timer.stage("inference"):
-            return self.policy.act(obs.to(self.device))
+            return self.policy.act(self._on_device(obs))
 
     @torch.no_grad()
     def value(self, obs: TensorDict) -> torch.Tensor:
         with self.timer.stage("inference"):
-            return self.policy.value(obs.to(self.device))
+            return self.policy.value(self._on_device(obs))
+
+    def _on_device(self, obs: TensorDict) -> TensorDict:
+        # `to` costs ~8 us even when nothing moves: a tenth of a one-env decision's inference
+        return obs if obs.device == self.device else obs.to(self.device)
