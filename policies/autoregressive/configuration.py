@@ -28,6 +28,10 @@ class AutoregressiveConfig:
     # Keep the k most likely action tokens; 0: all 256. evaluate() filters with the *current* logits, so a
     # replayed token that left the top k gets log-prob -inf (ratio 0), as in RLinf's top-k warper.
     top_k: int = 0
+    # SFT targets: 0 = the demo's bin alone (cross-entropy, OpenVLA); > 0 = a Gaussian over the bins with
+    # this std in bins (HL-Gauss, Farebrother et al. 2024). Neighbouring bins are neighbouring actions,
+    # so the smoothed target keeps a few demos from driving every other bin's logit to -inf.
+    label_sigma: float = 0.0
 
     def __post_init__(self) -> None:
         check_choice("policy.autoregressive.decoding", self.decoding, DECODINGS)
@@ -39,3 +43,4 @@ class AutoregressiveConfig:
             )
         check_positive("policy.autoregressive.temperature", self.temperature)
         check_positive("policy.autoregressive.top_k", self.top_k, allow_zero=True)
+        check_positive("policy.autoregressive.label_sigma", self.label_sigma, allow_zero=True)

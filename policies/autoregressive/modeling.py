@@ -230,9 +230,18 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         return self.critic(pool(hidden, prefix.mask))
 
     def sft_loss(self, batch: TensorDict) -> torch.Tensor:
-        """Cross-entropy of the demo chunk's action tokens (256-way, temperature 1), ignoring padded steps."""
+        """Cross-entropy of the demo chunk's action tokens (256-way, temperature 1) against the demo's bin,
+        or a Gaussian around it (`label_sigma`), ignoring padded steps."""
         target = self.normalizers["action"](check_action_batch(batch, self.chunk_shape))  # [B, C, A]
         index = self.action_tokenizer.to_index(target).flatten(1)  # [B, C*A]
         logits, _, _ = self._logits(batch, index)
-        nll = F.cross_entropy(logits.flatten(0, 1), index.flatten(), reduction="none")
+        nll = F.cross_entropy(logits.flatten(0, 1), self._sft_target(index).flatten(0, 1), reduction="none")
         return masked_mean(nll.view_as(target), batch.get("action_is_pad", None))
+
+    def _sft_target(self, index: torch.Tensor) -> torch.Tensor:
+        """Class indices [B, T], or class probabilities [B, T, 256] for a smoothed target."""
+        sigma = self.cfg.autoregressive.label_sigma
+        if sigma == 0:
+            return index
+        bins = torch.arange(NUM_ACTION_TOKENS, device=index.device)
+        return torch.softmax(-0.5 * ((bins - index.unsqueeze(-1)) / sigma) ** 2, dim=-1)

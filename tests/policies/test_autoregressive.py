@@ -119,3 +119,29 @@ def test_token_mlp_needs_parallel_decoding_and_reads_no_instruction():
     out = policy.act(obs)
     assert out.actions.shape == (3, C, A) and out.replay["action_index"].shape == (3, C * A)
     assert torch.allclose(policy.evaluate(obs, out.replay).logprob, out.logprob)
+
+
+def test_label_sigma_trains_towards_a_gaussian_over_neighbouring_bins():
+    mlp = {"conditioning": "mlp", "decoding": "parallel", "hidden_dims": (16,)}
+    sharp = build("autoregressive", obs_keys=("state",), autoregressive=mlp)
+    smooth = build("autoregressive", obs_keys=("state",), autoregressive={**mlp, "label_sigma": 2.0})
+    batch = TensorDict(
+        {
+            "state": torch.randn(4, S),
+            "task_id": torch.zeros(4, dtype=torch.long),
+            "action": torch.rand(4, C, A),
+        },
+        batch_size=[4],
+    )
+    target = smooth.normalizers["action"](batch["action"])
+    index = smooth.action_tokenizer.to_index(target).flatten(1)  # [4, C*A]
+    logits = smooth._logits(batch, index)[0]  # the same weights in both (same seed)
+    log_probs = torch.log_softmax(logits, -1)
+    sharp_nll = -log_probs.gather(-1, index.unsqueeze(-1)).mean()
+    distance = torch.arange(NUM_ACTION_TOKENS) - index.unsqueeze(-1)
+    weights = torch.exp(-(distance**2) / (2 * 2.0**2))
+    smooth_nll = -((weights / weights.sum(-1, keepdim=True)) * log_probs).sum(-1).mean()
+    torch.testing.assert_close(sharp.sft_loss(batch), sharp_nll)
+    torch.testing.assert_close(smooth.sft_loss(batch), smooth_nll)
+    with pytest.raises(ConfigError, match="label_sigma"):
+        AutoregressiveConfig(label_sigma=-1.0)
