@@ -38,9 +38,10 @@ MODES = {  # label -> engine overrides
 def experiment(args, engine: list[str]):
     """The Gaussian CNN on tabletop-basic rgb, or a preset (a VLA with its language suite), with the
     benchmark's image size, env count and engine."""
+    size = [f"env.image_size={args.image_size}"] if args.image_size else []  # else the preset's own
     common = [
         "env.obs_mode=rgb",
-        f"env.image_size={args.image_size}",
+        *size,
         f"env.num_envs={args.num_envs}",
         "env.num_threads=1",
         "algo.num_epochs=1",
@@ -125,7 +126,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="N=4, T=5, rgb 64, fewer repeats")
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=10, help="decisions per rollout (T)")
-    parser.add_argument("--image-size", type=int, default=128)
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=0,
+        help="rgb size; default 128 for the CNN, the preset's for --experiment",
+    )
     parser.add_argument("--channels", default="[32,64,64,64]", help="CNN widths: the inference cost")
     parser.add_argument(
         "--experiment", default="", help="a preset to measure instead of the CNN, e.g. pi0_flow_noise_nano"
@@ -136,12 +142,15 @@ def main() -> None:
     if args.quick:
         args.num_envs, args.steps, args.image_size, args.repeats, args.iterations = 4, 5, 64, 2, 2
     torch.set_num_threads(1)  # one core infers while the env worker steps on the other
+    if not args.image_size and not args.experiment:
+        args.image_size = 128
     results = measure(args)
     seq = results["sequential"]
     ideal = (seq["t_sim"] + seq["t_inf"]) / max(seq["t_sim"], seq["t_inf"])
     what = args.experiment or f"Gaussian CNN {args.channels} on tabletop-basic"
+    size = experiment(args, []).env.image_size
     print(
-        f"{what}, rgb {args.image_size}, N={args.num_envs} envs, T={args.steps} decisions; "
+        f"{what}, rgb {size}, N={args.num_envs} envs, T={args.steps} decisions; "
         f"sequential t_sim={seq['t_sim']:.3f}s t_inf={seq['t_inf']:.3f}s; ideal speedup {ideal:.2f}x"
     )
     header = f"{'schedule':<18}{'rollout s':>11}{'t_sim s':>9}{'t_inf s':>9}{'speedup':>9}{'of ideal':>10}"
