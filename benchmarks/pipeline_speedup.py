@@ -86,14 +86,15 @@ class Setup:
             self.best, self.timings = seconds, rollout.timings
 
     def train_rate(self, iterations: int) -> float:
-        """Env-steps/s of `iterations` x (rollout, PPO update, weight push)."""
-        gen, buffer = torch.Generator().manual_seed(0), self.schedule.buffer
+        """Env-steps/s (C executed actions per decision) of `iterations` x (rollout, update, weight push)."""
+        gen, steps = torch.Generator().manual_seed(0), 0
         start = time.perf_counter()
         for version in range(iterations):
             rollout = self.schedule.collect(self.states)
+            steps += int(rollout.buffer.data["steps_executed"].sum())
             self.algo.update(rollout.buffer, version, gen)
             self.schedule.push_weights(self.policy, version + 1)
-        rate = iterations * buffer.num_steps * buffer.num_envs / (time.perf_counter() - start)
+        rate = steps / (time.perf_counter() - start)
         self.schedule.close()
         self.env.close()
         return rate
