@@ -116,6 +116,11 @@ class VecEnv(ABC):
         table = self.instruction_table
         return [table[i] for i in task_id.tolist()]
 
+    def pop_timings(self) -> dict[str, float]:
+        """Seconds spent in named parts of stepping and resetting since the last call (e.g. `render`),
+        which the engine logs as time/<name> beside time/env_step; most envs report none."""
+        return {}
+
     def close(self) -> None:  # noqa: B027 (optional hook: most envs have nothing to release)
         """Release simulator and renderer resources."""
 

@@ -95,8 +95,9 @@ class StagedEnv(VecEnv):
                 raise header.info
             self._drain()
             raise EnvWorkerError(header.stage, f"raised; restarted from its seed state:\n{header.info}")
-        if header.info and "env_step" in header.info:
-            self.timer.add("env_step", header.info["env_step"])
+        if header.info and "env_step" in header.info:  # a step's timings: env_step and the env's own parts
+            for name, seconds in header.info.items():
+                self.timer.add(name, seconds)
         return header, payload
 
     def _drain(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import mujoco
 import numpy as np
 import torch
@@ -92,6 +94,7 @@ class TabletopEnv(VecEnv):
             for key, camera in (cameras if cfg.obs_mode == "rgb" else ())
         }
         self._video_renderer: BatchRenderer | None = None
+        self._render_seconds = 0.0  # observation rendering since the last pop_timings()
         self._ik_data = mujoco.MjData(self.model)
         self._layout_cache: dict[int, tuple[Layout, np.ndarray]] = {}
         n = cfg.num_envs
@@ -284,9 +287,15 @@ class TabletopEnv(VecEnv):
             "privileged": torch.from_numpy(privileged[ids].astype(np.float32)),
             "task_id": torch.from_numpy(self._instruction[ids].copy()),
         }
+        start = time.perf_counter()
         for key, renderer in self._renderers.items():
             out[key] = torch.from_numpy(renderer.render(p, ids))
+        self._render_seconds += time.perf_counter() - start
         return TensorDict(out, batch_size=[len(ids)], device=self.device)
+
+    def pop_timings(self) -> dict[str, float]:
+        seconds, self._render_seconds = self._render_seconds, 0.0
+        return {"render": seconds} if self._renderers else {}
 
     # ---- stepping ----------------------------------------------------------------------------------
     def _apply(self, action: np.ndarray) -> None:

@@ -98,3 +98,24 @@ def test_a_bad_env_config_is_the_users_error_not_a_worker_crash(transport):
     cfg = pendulum("env.gym_id=NoSuchEnv-v0", f"engine.transport={transport}")
     with pytest.raises(UserError):
         StagedEnv(cfg.env, cfg.engine)
+
+
+@pytest.mark.parametrize("transport", ["inproc", "multiprocess"])
+def test_an_env_reports_its_render_time_inside_env_step(transport):
+    from embodrl.config import compose
+
+    cfg = compose(
+        None,
+        ["env.suite=tabletop-basic", "env.obs_mode=rgb", "env.image_size=64", "env.num_envs=2"]
+        + ["env.num_threads=1", f"engine.transport={transport}"],
+    )
+    env = StagedEnv(cfg.env, cfg.engine)
+    try:
+        env.reset_to(torch.arange(2))
+        env.timer.pop()
+        for _ in range(2):
+            env.step(torch.zeros(2, 1, env.action_spec.dim))
+        timings = env.timer.pop()
+    finally:
+        env.close()
+    assert 0 < timings["render"] < timings["env_step"], timings
