@@ -158,13 +158,16 @@ class OnPolicyRunner:
                 saving = self.iteration % cfg.train.save_every == 0
                 if evaluating or saving:
                     self._gather_full_state()
-                if logger is None:  # another rank: it only collects and trains
-                    continue
-                if evaluating:
-                    metrics.update(self.evaluate(record=0))
-                logger.log(self.iteration, metrics)
-                if saving:
-                    self.save()
+                if logger is not None:  # rank 0; the other ranks only collect and train
+                    if evaluating:
+                        metrics.update(self.evaluate(record=0))
+                    logger.log(self.iteration, metrics)
+                    if saving:
+                        self.save()
+                # Only now may an async producer at max_staleness=0 start the next rollout: it then never
+                # draws from torch's RNG beside the evaluation, and a checkpoint holds the RNG state the
+                # next rollout starts from (the synchronous run, and its exact resume).
+                self.schedule.push_weights(self.policy, self.iteration)
             self._gather_full_state()  # for the last checkpoint and the final evaluation
         finally:  # nothing lost on a crash or Ctrl-C: the last finished iteration is saved
             self.schedule.close()
@@ -192,7 +195,6 @@ class OnPolicyRunner:
         )
         t_collect = time.perf_counter()
         update = self.algo.update(rollout.buffer, self.iteration, self.generators["minibatch"])
-        self.schedule.push_weights(self.policy, self.iteration + 1)
         t_update = time.perf_counter()
         steps = int(rollout.buffer.data["steps_executed"].sum())
         totals = sum_over_ranks({"steps": float(steps), "restarts": float(failures)})  # under torchrun

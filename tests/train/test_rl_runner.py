@@ -56,7 +56,10 @@ def test_training_writes_metrics_checkpoint_curve_and_ratio_is_one(tmp_path):
     )
 
 
-@pytest.mark.parametrize("options", [[], CLEANRL], ids=["plain", "cleanrl"])
+ASYNC_SYNCHRONOUS = ["engine.schedule=async", "engine.max_staleness=0"]
+
+
+@pytest.mark.parametrize("options", [[], CLEANRL, ASYNC_SYNCHRONOUS], ids=["plain", "cleanrl", "async-s0"])
 def test_resume_reproduces_the_next_iteration_exactly(tmp_path, options):
     """Also with running obs/reward statistics and the linear lr schedule, which the checkpoint carries."""
     straight = _runner(tmp_path / "a", "train.iterations=3", "train.save_every=1", *options)
