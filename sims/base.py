@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from tensordict import TensorDict, tensorclass
@@ -54,14 +54,43 @@ class StepResult:
     final_obs: TensorDict  # [N]
     steps_executed: torch.Tensor  # [N] int64: actions of the chunk actually executed
 
+    @classmethod
+    def build(
+        cls,
+        *,
+        obs: TensorDict,
+        reward: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        success: torch.Tensor,
+        final_obs: TensorDict,
+        steps_executed: torch.Tensor,
+        device: torch.device | str | None,
+    ) -> StepResult:
+        """The StepResult of these tensors (batch from `reward`), on `device`.
+
+        Half the cost of the constructor (~7 against ~15 us), which sets and checks field by field:
+        it is paid once per env step, which is a tenth of a one-env step's time.
+        """
+        fields_ = dict(
+            obs=obs,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            success=success,
+            final_obs=final_obs,
+            steps_executed=steps_executed,
+        )
+        return cls.from_tensordict(TensorDict(fields_, batch_size=reward.shape[:1], device=device))
+
     @property
     def done(self) -> torch.Tensor:
         return self.terminated | self.truncated
 
     def as_tensordict(self) -> TensorDict:
-        """The same tensors in a TensorDict, for a channel (`to_tensordict` would copy every one)."""
-        tensors = {f.name: getattr(self, f.name) for f in fields(self)}
-        return TensorDict(tensors, batch_size=self.batch_size, device=self.device)
+        """The TensorDict holding this result's tensors, for a channel (`to_tensordict` would copy every
+        one); `StepResult.from_tensordict` wraps it again."""
+        return self._tensordict
 
 
 class VecEnv(ABC):

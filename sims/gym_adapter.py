@@ -109,15 +109,15 @@ class GymVecEnv(VecEnv):
             else:
                 self._obs[i] = final[i]
         as_t = lambda a: torch.as_tensor(a, device=self.device)
-        return StepResult(
-            obs=self._obs_td(self._obs),
+        obs = self._obs_td(self._obs)
+        return StepResult.build(
+            obs=obs,
             reward=as_t(reward),
             terminated=as_t(terminated),
             truncated=as_t(truncated),
             success=as_t(success),
-            final_obs=self._obs_td(final),
+            final_obs=self._obs_td(final) if (terminated | truncated).any() else obs,
             steps_executed=as_t(executed),
-            batch_size=[n],
             device=self.device,
         )
 

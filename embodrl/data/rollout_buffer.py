@@ -45,6 +45,8 @@ class RolloutBuffer:
         self.device = torch.device(device)
         self.data: TensorDict | None = None  # [T, N]; estimators add advantages, returns, mask, ...
         self.last_value: torch.Tensor | None = None  # [N] V(obs after the last decision), for GAE
+        self._leaf_keys: list[str | tuple[str, ...]] = []  # the transition's leaves, allocated in data
+        self._leaves: list[torch.Tensor] = []  # data's tensors of those leaves, refreshed per rollout
         self.step = 0
 
     @property
@@ -55,15 +57,22 @@ class RolloutBuffer:
         """Store one decision of all N envs (keys in TRANSITION_KEYS, batch [N]) at the next step."""
         if self.full:
             raise RuntimeError(f"the rollout buffer holds {self.num_steps} steps; call clear() first")
-        missing = [key for key in TRANSITION_KEYS if key not in transition.keys()]
+        present = transition.keys()
+        missing = [key for key in TRANSITION_KEYS if key not in present]
         if missing:
             raise KeyError(f"transition lacks {missing}; a transition holds {list(TRANSITION_KEYS)}")
         if tuple(transition.batch_size) != (self.num_envs,):
             raise ValueError(f"transition batch {tuple(transition.batch_size)} != ({self.num_envs},)")
-        transition = transition.select(*TRANSITION_KEYS).to(self.device)
         if self.data is None:
+            transition = transition.select(*TRANSITION_KEYS).to(self.device)
             self.data = transition.unsqueeze(0).expand(self.num_steps, self.num_envs).clone()
-        self.data[self.step] = transition
+            self._leaf_keys = list(transition.keys(include_nested=True, leaves_only=True))
+        if self.step == 0:  # the update may have replaced leaves (PPO stores scaled rewards)
+            self._leaves = [self.data.get(key) for key in self._leaf_keys]
+        # leaf by leaf in one call: TensorDict's indexed assignment walks the nesting each time, which
+        # costs 3x as much, a tenth of a one-env decision
+        sources = [transition.get(key) for key in self._leaf_keys]
+        torch._foreach_copy_([leaf[self.step] for leaf in self._leaves], sources)
         self.step += 1
 
     def set_last_value(self, value: torch.Tensor) -> None:

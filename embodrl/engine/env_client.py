@@ -137,7 +137,7 @@ class StagedEnv(VecEnv):
         obs = self._obs[stage]
         n, chunk = self.stage_size, self._chunk[stage]
         no = torch.zeros(n, dtype=torch.bool, device=self.device)
-        return StepResult(
+        return StepResult.build(
             obs=obs,
             reward=torch.zeros(n, chunk, device=self.device),
             terminated=no,
@@ -145,7 +145,6 @@ class StagedEnv(VecEnv):
             success=no.clone(),
             final_obs=obs,
             steps_executed=torch.zeros(n, dtype=torch.int64, device=self.device),
-            batch_size=[n],
             device=self.device,
         )
 

@@ -28,6 +28,8 @@ class EpisodeTracker:
     ) -> None:
         self.returns += reward.sum(-1).cpu()
         self.lengths += steps.cpu()
+        if not done.any():  # most steps: no episode ends, and nonzero() costs more than the check
+            return
         for i in done.cpu().nonzero().flatten().tolist():
             self.finished.append((float(self.returns[i]), int(self.lengths[i]), bool(success[i])))
             self.returns[i], self.lengths[i] = 0.0, 0

@@ -117,11 +117,10 @@ class LiberoVecEnv(VecEnv):
 
     def step(self, actions: torch.Tensor) -> StepResult:
         actions = self.check_actions(actions).cpu().numpy().astype(np.float64)  # [N, C, 7]
-        n = actions.shape[0]
         outs = self._call("step", list(zip(actions, self._random_states(), strict=True)))
         self._obs = [o["obs"] for o in outs]
         as_t = lambda key, dtype: torch.as_tensor(np.array([o[key] for o in outs]), dtype=dtype)
-        return StepResult(
+        return StepResult.build(
             obs=self._obs_td(self._obs),
             reward=as_t("reward", torch.float32).to(self.device),
             terminated=as_t("terminated", torch.bool).to(self.device),
@@ -129,7 +128,6 @@ class LiberoVecEnv(VecEnv):
             success=as_t("success", torch.bool).to(self.device),
             final_obs=self._obs_td([o["final"] for o in outs]),
             steps_executed=as_t("executed", torch.int64).to(self.device),
-            batch_size=[n],
             device=self.device,
         )
 

@@ -180,7 +180,7 @@ class ManiSkillVecEnv(VecEnv):
                 raw, _ = shard.reset(options={"env_idx": done})
                 part = self._convert(shard, raw)
                 self._write(self._obs, done + sl.start, {k: v[done] for k, v in part.items()})
-        return StepResult(
+        return StepResult.build(
             obs=self._obs.clone(),
             reward=reward,
             terminated=terminated,
@@ -188,7 +188,6 @@ class ManiSkillVecEnv(VecEnv):
             success=success,
             final_obs=final,
             steps_executed=executed,
-            batch_size=[n],
             device=self.device,
         )
 

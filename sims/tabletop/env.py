@@ -355,7 +355,7 @@ class TabletopEnv(VecEnv):
         if finished.size:
             self._reset_envs(finished, self._draw_state_ids(finished.size))
             obs[torch.from_numpy(finished)] = self._observe(finished)
-        return StepResult(
+        return StepResult.build(
             obs=obs,
             reward=torch.from_numpy(reward),
             terminated=torch.from_numpy(terminated),
@@ -363,7 +363,6 @@ class TabletopEnv(VecEnv):
             success=torch.from_numpy(succeeded),
             final_obs=final_obs,
             steps_executed=torch.from_numpy(executed),
-            batch_size=[n],
             device=self.device,
         )
 
