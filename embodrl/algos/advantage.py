@@ -42,8 +42,13 @@ def compute_advantages(rollout: TensorDict, last_value: torch.Tensor | None, cfg
     return out
 
 
-def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
-    """(A - mean) / (std + eps) over the valid entries; invalid entries become 0."""
+def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """(A - mean) / (std + eps) over the valid entries; invalid entries become 0. mask None: all valid
+    (the same numbers without the masking ops, which cost a minibatch of a small MLP ~5%)."""
+    if mask is None:
+        if advantages.numel() < 2:
+            return advantages
+        return (advantages - advantages.mean()) / (advantages.std() + eps)
     valid = advantages[mask]
     if valid.numel() < 2:  # no spread to normalize by
         return torch.where(mask, advantages, torch.zeros_like(advantages))

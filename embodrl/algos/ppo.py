@@ -38,6 +38,19 @@ if TYPE_CHECKING:
     from embodrl.engine.data_parallel import DataParallel
 
 _MAX_LOG_WEIGHT = 20.0  # exp() beyond this overflows float32
+# What a minibatch's loss reads: cutting only these out of the rollout (not rewards, flags, actions,
+# versions) halves the cost of making a minibatch, ~a tenth of an update on a small MLP.
+LOSS_KEYS = (
+    "obs",
+    "replay",
+    "logprob",
+    "prox_logprob",
+    "value",
+    "advantages",
+    "returns",
+    "mask",
+    "traj_length",
+)
 
 
 class PPO:
@@ -100,12 +113,11 @@ class PPO:
         sums: dict[str, float] = defaultdict(float)
         count, stopped_early, first = 0, False, None
         for _ in range(cfg.num_epochs):
-            for batch in buffer.minibatches(cfg.minibatch_size, generator):
+            for batch in buffer.minibatches(cfg.minibatch_size, generator, LOSS_KEYS):
                 if not bool(batch["mask"].all()):  # GAE keeps every sample: skip the copy then
                     batch = batch[batch["mask"]]
                 if cfg.normalize_advantages == "minibatch":  # over the whole minibatch, before sharding
-                    valid = torch.ones_like(batch["advantages"], dtype=torch.bool)
-                    batch["advantages"] = normalize_advantages(batch["advantages"], valid, cfg.eps)
+                    batch["advantages"] = normalize_advantages(batch["advantages"], None, cfg.eps)
                 empty = batch.batch_size[0] == 0
                 if self.data_parallel is not None:
                     batch = self.data_parallel.shard(batch)

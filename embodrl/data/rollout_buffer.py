@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 from tensordict import TensorDict
@@ -84,15 +84,19 @@ class RolloutBuffer:
         self.step = 0
         self.last_value = None
 
-    def minibatches(self, minibatch_size: int, generator: torch.Generator) -> Iterator[TensorDict]:
-        """One epoch: every one of the T*N samples exactly once, shuffled by `generator` (CPU).
+    def minibatches(
+        self, minibatch_size: int, generator: torch.Generator, keys: Sequence[str] | None = None
+    ) -> Iterator[TensorDict]:
+        """One epoch: every one of the T*N samples exactly once, shuffled by `generator` (CPU); with
+        `keys`, minibatches hold only those keys (cutting fewer tensors per minibatch).
 
         The last minibatch is smaller when minibatch_size does not divide T*N.
         """
         if not self.full or self.data is None:
             raise RuntimeError(f"the rollout holds {self.step} of {self.num_steps} steps; fill it first")
         check_positive("algo.minibatch_size", minibatch_size)
-        flat = self.data.reshape(-1)  # [T*N]
+        data = self.data if keys is None else self.data.select(*keys)
+        flat = data.reshape(-1)  # [T*N]
         order = torch.randperm(flat.batch_size[0], generator=generator).to(self.device)
         for start in range(0, order.numel(), minibatch_size):
             yield flat[order[start : start + minibatch_size]]
