@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import queue
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,22 @@ class DirectChannel(Channel):
 
     def get(self, timeout: float | None = None) -> Message:
         raise RuntimeError("an inline request channel is answered on put; nothing waits to be read")
+
+
+class LocalChannel(Channel):
+    """The inline worker's replies: put and read by one thread, so a deque without the locks of a queue.
+    Every request is answered inside its put, so a read never waits."""
+
+    def __init__(self) -> None:
+        self._messages: deque[Message] = deque()
+
+    def put(self, header: Header, payload: TensorDict | None = None) -> None:
+        self._messages.append((header, payload))
+
+    def get(self, timeout: float | None = None) -> Message:
+        if not self._messages:
+            raise ChannelTimeout("no reply: the inline env worker has answered every request")
+        return self._messages.popleft()
 
 
 class InProcChannel(QueueChannel):
@@ -193,7 +210,7 @@ class RayChannel(QueueChannel):
 
 
 CHANNELS: dict[str, type[Channel]] = {
-    "inline": InProcChannel,  # the replies; requests use a DirectChannel (`make_request_channel`)
+    "inline": LocalChannel,  # the replies; requests use a DirectChannel (`make_request_channel`)
     "inproc": InProcChannel,
     "multiprocess": MultiprocessChannel,
     "ray": RayChannel,
