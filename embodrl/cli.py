@@ -145,6 +145,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
             out / "videos",
             deterministic=not args.stochastic,
             progress=True,
+            seed=cfg.seed,  # the run's: the evaluation the run logged for these weights, repeated
         )
     summary = summarize(results)
     out.mkdir(parents=True, exist_ok=True)

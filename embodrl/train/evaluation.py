@@ -19,18 +19,32 @@ def evaluate_policy(
     video_dir: Path | None = None,
     deterministic: bool = True,
     progress: bool = False,
+    seed: int | None = 0,
 ) -> EpisodeResults:
-    """Play episodes from initial states 0..episodes-1; write the first `record` as mp4 into video_dir."""
+    """Play episodes from initial states 0..episodes-1; write the first `record` as mp4 into video_dir.
+
+    `deterministic` drops the policy's exploration noise, not every random draw: flow and diffusion
+    policies still start from sampled noise. With a `seed`, those draws come from torch's RNG seeded
+    with it inside a fork, so the result is a function of the weights and the episodes (two evaluations
+    of one checkpoint agree) and the caller's random stream is left as it was. None: they come from the
+    caller's stream (for a thread that shares it with another, where a fork would replay its draws).
+    """
     was_training = policy.training
     policy.eval()
+    device = next(policy.parameters()).device
+    accelerators = [device] if device.type != "cpu" else []
     try:
-        results = run_episodes(
-            env,
-            lambda obs: policy.act(obs, deterministic=deterministic).actions,
-            episodes,
-            record=record,
-            progress=progress,
-        )
+        device_type = device.type if accelerators else None
+        with torch.random.fork_rng(accelerators, enabled=seed is not None, device_type=device_type):
+            if seed is not None:
+                torch.manual_seed(seed)
+            results = run_episodes(
+                env,
+                lambda obs: policy.act(obs, deterministic=deterministic).actions,
+                episodes,
+                record=record,
+                progress=progress,
+            )
     finally:
         policy.train(was_training)
     if video_dir is not None:

@@ -136,7 +136,8 @@ class SFTRunner:
                     }
                     losses, started, seen = [], time.perf_counter(), 0
                 if sft.eval_every and self.step % sft.eval_every == 0:
-                    metrics.update(eval_metrics(evaluate_policy(self.policy, self.env, sft.eval_episodes)))
+                    results = evaluate_policy(self.policy, self.env, sft.eval_episodes, seed=self.cfg.seed)
+                    metrics.update(eval_metrics(results))
                 if metrics:
                     logger.log(self.step, metrics)
                 else:
@@ -153,6 +154,7 @@ class SFTRunner:
             record=2,
             video_dir=self.run_dir / "videos",
             progress=True,
+            seed=self.cfg.seed,
         )
         summary = {"samples": self.num_samples, "steps": self.step, **summarize(results)}
         (self.run_dir / "final_eval.json").write_text(json.dumps(summary, indent=2))
