@@ -120,6 +120,7 @@ def cmd_collect(args: argparse.Namespace) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
+    import dataclasses
     import json
     from pathlib import Path
 
@@ -136,7 +137,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     cfg = compose(str(saved) if saved else None, args.overrides)
     policy = load_policy(checkpoint, device=cfg.device)
     out = Path(args.out) if args.out else checkpoint / "eval"
-    with make_env(cfg.env, device=cfg.device) as env:
+    # the run's evaluation envs: with its seed, the same episodes get the same noise as in the run
+    env_cfg = dataclasses.replace(cfg.env, num_envs=cfg.train.eval_envs or cfg.env.num_envs)
+    with make_env(env_cfg, device=cfg.device) as env:
         results = evaluate_policy(
             policy,
             env,

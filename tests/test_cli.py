@@ -100,4 +100,8 @@ def test_collect_sft_eval_chain(tmp_path, capsys):
     )
     summary = json.loads((checkpoint / "eval" / "summary.json").read_text())
     assert summary["episodes"] == 4 and (checkpoint / "eval" / "videos" / "episode_000.mp4").is_file()
+    # seeded with the run's seed: the evaluation the SFT run ended with (the flow policy's start noise
+    # included), repeated exactly, down to the video of its first episode
+    video = "videos/episode_000.mp4"
+    assert (checkpoint / "eval" / video).read_bytes() == (run_dir / video).read_bytes()
     assert "success:" in capsys.readouterr().out
