@@ -125,6 +125,11 @@ def to_yaml(cfg: ExperimentConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
 
+def to_dict(cfg: ExperimentConfig) -> dict:
+    """The resolved config as plain nested dicts and lists (what config.yaml holds)."""
+    return OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+
+
 def make_run_dir(cfg: ExperimentConfig) -> Path:
     """Create runs/<name>/<timestamp>/ and write the fully resolved config into it."""
     run_dir = Path(cfg.run_root) / cfg.name / time.strftime("%Y%m%d-%H%M%S")

@@ -21,6 +21,11 @@ class TrainConfig:
     eval_envs: int = 0  # envs for evaluation; 0 = env.num_envs
     save_every: int = 10  # iterations between checkpoints
     tensorboard: bool = True
+    # Weights & Biases (pip install 'embodrl[wandb]'): metrics of every iteration, the resolved config;
+    # runs grouped by the experiment's name; a resumed run continues its wandb run
+    wandb: bool = False
+    wandb_project: str = "embodrl"
+    wandb_entity: str = ""  # "" = your default entity
     torch_threads: int = 0  # 0 leaves torch's default (one per core)
     # bf16 autocasts the forward passes of the PPO update (CUDA, or CPUs with bf16 support); the loss and
     # the log-prob ratio stay fp32. The rollout acts in fp32, so the first-minibatch ratio is ~1, not 1.

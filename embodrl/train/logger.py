@@ -1,11 +1,18 @@
-"""Metrics of every iteration: a progress bar, metrics.jsonl, TensorBoard, and a learning-curve PNG."""
+"""Metrics of every iteration: a progress bar, metrics.jsonl, TensorBoard, wandb, and a learning-curve PNG."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
+
+from embodrl.config import ExperimentConfig, to_dict
+from embodrl.errors import UserError
+
+WANDB_ID_FILE = "wandb_run_id"  # in the run folder: a resumed run logs on into the same wandb run
 
 # What the progress bar shows, in order: metric key -> short label.
 BAR_FIELDS = {
@@ -20,10 +27,62 @@ BAR_FIELDS = {
 }
 
 
-class MetricsLogger:
-    """Appends one JSON line per iteration (survives crashes) and mirrors it to TensorBoard."""
+@dataclass(frozen=True)
+class WandbTarget:
+    """Where a run logs in Weights & Biases (train.wandb_*), and what it records there."""
 
-    def __init__(self, run_dir: Path, total: int, start: int = 0, tensorboard: bool = True) -> None:
+    project: str
+    entity: str  # "" = the logged-in user's default entity
+    group: str  # the experiment's name: its runs side by side
+    job_type: str  # "rl" or "sft"
+    config: dict[str, Any]  # the resolved experiment config
+
+
+def wandb_target(cfg: ExperimentConfig, job_type: str) -> WandbTarget | None:
+    """The run's wandb target, or None with train.wandb=false."""
+    train = cfg.train
+    if not train.wandb:
+        return None
+    return WandbTarget(train.wandb_project, train.wandb_entity, cfg.name, job_type, to_dict(cfg))
+
+
+def start_wandb(run_dir: Path, target: WandbTarget) -> Any:
+    """The wandb run of this run folder: a new one, or after --resume the one it started (its id is kept
+    in the folder). Offline machines: WANDB_MODE=offline, then `wandb sync` later."""
+    try:
+        import wandb
+    except ImportError:
+        raise UserError(
+            "train.wandb=true needs the wandb package: pip install 'embodrl[wandb]' (or train.wandb=false)"
+        ) from None
+    id_file = run_dir / WANDB_ID_FILE
+    run_id = id_file.read_text().strip() if id_file.is_file() else None  # None: wandb picks a new one
+    run = wandb.init(
+        project=target.project,
+        entity=target.entity or None,
+        group=target.group,
+        job_type=target.job_type,
+        name=f"{run_dir.parent.name}/{run_dir.name}",
+        id=run_id,
+        resume="allow" if run_id else None,
+        dir=str(run_dir),
+        config=target.config,
+    )
+    id_file.write_text(run.id)
+    return run
+
+
+class MetricsLogger:
+    """Appends one JSON line per iteration (survives crashes) and mirrors it to TensorBoard and wandb."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        total: int,
+        start: int = 0,
+        tensorboard: bool = True,
+        wandb: WandbTarget | None = None,
+    ) -> None:
         self.run_dir = run_dir
         self.path = run_dir / "metrics.jsonl"
         self.writer = None
@@ -31,6 +90,7 @@ class MetricsLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+        self.wandb = start_wandb(run_dir, wandb) if wandb is not None else None
         self.bar = tqdm(total=total, initial=start, desc="train", unit="it", dynamic_ncols=True)
         self.shown: dict[str, float] = {}
 
@@ -41,6 +101,8 @@ class MetricsLogger:
             for key, value in metrics.items():
                 self.writer.add_scalar(key, value, iteration)
             self.writer.flush()
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=iteration)
         self.shown.update({label: metrics[key] for key, label in BAR_FIELDS.items() if key in metrics})
         self.bar.set_postfix({k: f"{v:.3g}" for k, v in self.shown.items()}, refresh=False)
         self.bar.update(1)
@@ -53,6 +115,8 @@ class MetricsLogger:
         self.bar.close()
         if self.writer is not None:
             self.writer.close()
+        if self.wandb is not None:
+            self.wandb.finish()
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

@@ -28,7 +28,7 @@ from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
 from embodrl.train.checkpointing import restore_checkpoint, rng_state, save_checkpoint
 from embodrl.train.evaluation import eval_metrics, evaluate_policy
-from embodrl.train.logger import MetricsLogger, plot_learning_curve
+from embodrl.train.logger import MetricsLogger, plot_learning_curve, wandb_target
 from embodrl.train.memory import estimate_policy_memory
 
 LAST = "checkpoints/last"
@@ -149,7 +149,13 @@ class OnPolicyRunner:
         cfg = self.cfg
         logger = None
         if is_main():
-            logger = MetricsLogger(self.run_dir, cfg.train.iterations, self.iteration, cfg.train.tensorboard)
+            logger = MetricsLogger(
+                self.run_dir,
+                cfg.train.iterations,
+                self.iteration,
+                cfg.train.tensorboard,
+                wandb_target(cfg, "rl"),
+            )
         try:
             while self.iteration < cfg.train.iterations:
                 metrics = self._iterate()

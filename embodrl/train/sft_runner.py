@@ -20,7 +20,7 @@ from embodrl.errors import UserError
 from embodrl.sims.registry import make_env
 from embodrl.train.checkpointing import restore_checkpoint, rng_state, save_checkpoint
 from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
-from embodrl.train.logger import MetricsLogger
+from embodrl.train.logger import MetricsLogger, wandb_target
 from embodrl.train.memory import estimate_policy_memory
 from embodrl.train.rl_runner import LAST, build_policy
 
@@ -116,7 +116,9 @@ class SFTRunner:
 
     def learn(self) -> dict:
         sft = self.cfg.sft
-        logger = MetricsLogger(self.run_dir, sft.steps, self.step, self.cfg.train.tensorboard)
+        logger = MetricsLogger(
+            self.run_dir, sft.steps, self.step, self.cfg.train.tensorboard, wandb_target(self.cfg, "sft")
+        )
         self.policy.train()
         log_every = max(1, min(50, sft.steps // 20))
         losses, started, seen = [], time.perf_counter(), 0
