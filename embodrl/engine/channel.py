@@ -12,6 +12,7 @@ The schedule code is the same whichever transport carries the messages:
 from __future__ import annotations
 
 import queue
+import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
@@ -46,12 +47,21 @@ class ChannelTimeout(TimeoutError):
 class Channel(ABC):
     """A FIFO of (Header, TensorDict | None) messages from one producer to one consumer."""
 
+    # seconds this end spent moving payloads (copies to and from shared memory, serialization), not
+    # waiting; read and reset by pop_transfer_s. Zero for channels that hand over references.
+    transfer_s: float = 0.0
+
     @abstractmethod
     def put(self, header: Header, payload: TensorDict | None = None) -> None: ...
 
     @abstractmethod
     def get(self, timeout: float | None = None) -> Message:
         """The next message; raises ChannelTimeout after `timeout` seconds (None waits forever)."""
+
+    def pop_transfer_s(self) -> float:
+        """transfer_s since the last call."""
+        seconds, self.transfer_s = self.transfer_s, 0.0
+        return seconds
 
 
 class QueueChannel(Channel):
@@ -167,6 +177,13 @@ class MultiprocessChannel(Channel):
         self._init_ends()
 
     def put(self, header: Header, payload: TensorDict | None = None) -> None:
+        start = time.perf_counter()
+        try:
+            self._put(header, payload)
+        finally:
+            self.transfer_s += time.perf_counter() - start  # the queue pickles on its own feeder thread
+
+    def _put(self, header: Header, payload: TensorDict | None) -> None:
         layout = None if payload is None else _layout(payload)
         if layout is None:
             self._queue.put((header, payload))
@@ -192,11 +209,13 @@ class MultiprocessChannel(Channel):
             raise ChannelTimeout(f"no message within {timeout} s") from None
         if not isinstance(payload, _SlotRef):
             return header, payload
+        start = time.perf_counter()
         key = (payload.layout, payload.index)
         if payload.slot is not None:
             self._seen[key] = payload.slot
         out = self._seen[key].clone()
         self._released.put(key)
+        self.transfer_s += time.perf_counter() - start
         return header, out
 
 
@@ -207,6 +226,11 @@ class RayChannel(QueueChannel):
         from ray.util.queue import Empty, Queue
 
         super().__init__(Queue(actor_options={"num_cpus": 0}), Empty)  # a queue needs no core of its own
+
+    def put(self, header: Header, payload: TensorDict | None = None) -> None:
+        start = time.perf_counter()  # serialization and the call to the queue actor; a get's share
+        super().put(header, payload)  # cannot be told apart from its waiting
+        self.transfer_s += time.perf_counter() - start
 
 
 CHANNELS: dict[str, type[Channel]] = {

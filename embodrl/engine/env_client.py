@@ -43,7 +43,8 @@ class StagedEnv(VecEnv):
         self.num_envs, self.num_stages = env_cfg.num_envs, engine.num_stages
         self.stage_size = self.num_envs // self.num_stages
         self.device = torch.device(device)
-        self.timer = StageTimer()  # env_step (inside the worker) and env_wait (the caller blocked)
+        # env_step (inside the worker), env_wait (the caller blocked), transfer (the caller's copies)
+        self.timer = StageTimer()
         self._obs: list[TensorDict | None] = [None] * self.num_stages  # latest observation per stage
         # fail_soft (ranks in lockstep): a failed step is kept in `failure` and answered with placeholders
         # until the rollout ends, so this rank runs the same forwards as the others; then all retry
@@ -90,6 +91,9 @@ class StagedEnv(VecEnv):
                 raise EnvWorkerError(stage, f"{reason}; started a new env worker") from None
         self._pending.popleft()
         self.timer.add("env_wait", time.perf_counter() - start)
+        transfer = self.requests.pop_transfer_s() + self.replies.pop_transfer_s()
+        if transfer:  # this side's copies and serialization (multiprocess, Ray); threads hand over references
+            self.timer.add("transfer", transfer)
         if header.kind == "error":
             if isinstance(header.info, UserError):  # the worker could not build the envs from env.*
                 raise header.info

@@ -47,3 +47,16 @@ def test_multiprocess_channel_reuses_shared_slots_and_hands_out_copies():
         assert torch.equal(got["nested", "y"], torch.arange(n) + i)
         assert not got.is_shared()  # a copy: the slot goes back to the sender
     assert sorted(len(slots) for slots in channel._slots.values()) == [1, 3]
+
+
+@pytest.mark.parametrize("transport", ["inproc", "multiprocess"])
+def test_channels_count_the_seconds_spent_moving_payloads(transport):
+    channel = make_channel(transport)
+    channel.put(Header("step"), _numbered(0, 64))
+    channel.get(timeout=10)
+    moved = channel.pop_transfer_s()
+    if transport == "inproc":  # a reference crosses between threads: nothing is copied
+        assert moved == 0.0
+    else:  # copied into a shared slot and out of it
+        assert moved > 0.0
+    assert channel.pop_transfer_s() == 0.0  # popped: counting starts again

@@ -75,9 +75,13 @@ def test_inline_transport_cannot_pipeline():
         pendulum("engine.schedule=pipelined", "engine.num_stages=2", "engine.transport=inline")
 
 
-def test_rollout_reports_stage_timings_and_episodes():
-    rollout = _rollout("engine.schedule=pipelined", "engine.num_stages=2", deterministic=False)
+@pytest.mark.parametrize("transport", ["inproc", "multiprocess"])
+def test_rollout_reports_stage_timings_and_episodes(transport):
+    pipelined = ("engine.schedule=pipelined", "engine.num_stages=2")
+    rollout = _rollout(*pipelined, f"engine.transport={transport}", deterministic=False)
     assert {"inference", "env_step", "env_wait"} <= set(rollout.timings)
+    # transfer: the trainer's side of moving payloads, which threads do not do
+    assert ("transfer" in rollout.timings) == (transport == "multiprocess")
     assert all(v >= 0 for v in rollout.timings.values())
     assert rollout.episodes["episodes"] >= 1
     assert rollout.buffer.full and torch.equal(rollout.buffer.data["version"], torch.zeros(STEPS, 4).long())
