@@ -94,10 +94,12 @@ def test_collect_sft_eval_chain(tmp_path, capsys):
     checkpoint = run_dir / "checkpoints" / "last" / "policy"
     assert (checkpoint / "model.safetensors").is_file()
     assert main(["eval", str(checkpoint), "--episodes", "4", "--record", "1"]) == 0
-    assert (
-        main(["rollout", *common[:2], f"run_root={tmp_path}", "--policy", str(checkpoint), "--episodes", "2"])
-        == 0
-    )
+    replay = [*common[:2], f"run_root={tmp_path}", "name=replay", "--policy", str(checkpoint)]
+    for _ in range(2):
+        assert main(["rollout", *replay, "--episodes", "2", "--record", "1", "--format", "mp4"]) == 0
+    first, second = sorted((tmp_path / "replay").iterdir())
+    # seeded: the checkpoint's noise draws repeat, so the two rollouts are the same episode
+    assert (first / "episode_000.mp4").read_bytes() == (second / "episode_000.mp4").read_bytes()
     summary = json.loads((checkpoint / "eval" / "summary.json").read_text())
     assert summary["episodes"] == 4 and (checkpoint / "eval" / "videos" / "episode_000.mp4").is_file()
     # seeded with the run's seed: the evaluation the SFT run ended with (the flow policy's start noise

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -9,6 +11,18 @@ import torch
 from embodrl.sims.base import VecEnv
 from embodrl.train.episodes import EpisodeResults, run_episodes
 from embodrl.train.video import write_video
+
+
+@contextmanager
+def seeded_torch_rng(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Inside: torch's RNG (the CPU's and `device`'s) seeded with `seed`; after: as it was before.
+    None: nothing changes (draws come from, and advance, the caller's stream)."""
+    accelerators = [device] if device.type != "cpu" else []
+    device_type = device.type if accelerators else None
+    with torch.random.fork_rng(accelerators, enabled=seed is not None, device_type=device_type):
+        if seed is not None:
+            torch.manual_seed(seed)
+        yield
 
 
 def evaluate_policy(
@@ -31,13 +45,8 @@ def evaluate_policy(
     """
     was_training = policy.training
     policy.eval()
-    device = next(policy.parameters()).device
-    accelerators = [device] if device.type != "cpu" else []
     try:
-        device_type = device.type if accelerators else None
-        with torch.random.fork_rng(accelerators, enabled=seed is not None, device_type=device_type):
-            if seed is not None:
-                torch.manual_seed(seed)
+        with seeded_torch_rng(seed, next(policy.parameters()).device):
             results = run_episodes(
                 env,
                 lambda obs: policy.act(obs, deterministic=deterministic).actions,

@@ -12,7 +12,7 @@ from embodrl.errors import UserError
 from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
 from embodrl.train.episodes import ActFn, run_episodes
-from embodrl.train.evaluation import summarize
+from embodrl.train.evaluation import seeded_torch_rng, summarize
 from embodrl.train.video import write_video
 
 
@@ -42,7 +42,8 @@ def rollout(cfg: ExperimentConfig, policy: str, episodes: int, record: int, vide
     env = make_env(cfg.env, device=cfg.device)
     try:
         act = action_source(policy, env, cfg.seed, cfg.device)
-        results = run_episodes(env, act, episodes, record=record, progress=True)
+        with seeded_torch_rng(cfg.seed, torch.device(cfg.device)):  # a checkpoint's noise draws repeat
+            results = run_episodes(env, act, episodes, record=record, progress=True)
     finally:
         env.close()
     run_dir = make_run_dir(cfg)
