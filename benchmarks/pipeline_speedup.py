@@ -157,12 +157,14 @@ def main() -> None:
     header = f"{'schedule':<18}{'rollout s':>11}{'t_sim s':>9}{'t_inf s':>9}{'speedup':>9}{'of ideal':>10}"
     print(header + f"{'train env-steps/s':>19}{'vs seq':>8}")
     for label, r in results.items():
-        speedup = seq["rollout_s"] / r["rollout_s"] if r["rollout_s"] < float("inf") else float("nan")
-        print(
-            f"{label:<18}{r['rollout_s']:>11.3f}{r['t_sim']:>9.3f}{r['t_inf']:>9.3f}{speedup:>8.2f}x"
-            f"{'' if label == 'sequential' else f'{speedup / ideal:.0%}':>9} "
-            f"{r['steps_per_s']:>18.1f}{r['steps_per_s'] / seq['steps_per_s']:>7.2f}x"
-        )
+        if r["rollout_s"] < float("inf"):
+            speedup = seq["rollout_s"] / r["rollout_s"]
+            of_ideal = "" if label == "sequential" else f"{speedup / ideal:.0%}"
+            times = f"{r['rollout_s']:>11.3f}{r['t_sim']:>9.3f}{r['t_inf']:>9.3f}"
+            rollout = f"{times}{speedup:>8.2f}x{of_ideal:>9}"
+        else:  # async: its rollouts overlap the updates, so only the training rate compares
+            rollout = f"{'-':>11}{'-':>9}{'-':>9}{'-':>9}{'':>9}"
+        print(f"{label:<18}{rollout} {r['steps_per_s']:>18.1f}{r['steps_per_s'] / seq['steps_per_s']:>7.2f}x")
 
 
 if __name__ == "__main__":
