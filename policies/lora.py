@@ -27,7 +27,12 @@ from embodrl.policies.lora_config import LoRAConfig
 from embodrl.policies.registry import ADAPTER_CONFIG_FILE, load_base_policy
 
 GROUP_PREFIXES = {
-    "vision": ("prefix_encoder.backbone.vision_towers.", "prefix_encoder.backbone.projector."),
+    # a VLA's vision towers and projector; the CNN image encoders of the MLP policies' ObsEncoder
+    "vision": (
+        "prefix_encoder.backbone.vision_towers.",
+        "prefix_encoder.backbone.projector.",
+        "encoder.images.",
+    ),
     "language": ("prefix_encoder.backbone.language_model.",),
 }
 CRITIC_PREFIXES = ("critic.", "value_encoder.")

@@ -80,20 +80,24 @@ class GaussianPolicy(CheckpointMixin, Policy):
 
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
-        features = self.encoder(obs)
+        image_features = self.encoder.frozen_image_features(obs)
+        features = self.encoder(obs, image_features=image_features)
         mean, std = self._mean_std(features)
         action_norm = mean if deterministic else torch.normal(mean, std)  # what Normal.sample draws
+        replay = {"action_norm": action_norm}
+        if image_features is not None:  # frozen CNNs: the update reads their features from here
+            replay["image_features"] = image_features
         return ActOut(
             actions=self.normalizers["action"].unnormalize(action_norm),
             logprob=reduce_logprob(self._log_density(action_norm, mean, std), self.cfg.logprob_type),
             value=self._value(obs, features),
-            replay=TensorDict({"action_norm": action_norm}, batch_size=action_norm.shape[:1]),
+            replay=TensorDict(replay, batch_size=action_norm.shape[:1]),
         )
 
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
         if "action_norm" not in replay.keys():
             raise UserError("replay lacks 'action_norm': it was not produced by a gaussian policy's act()")
-        features = self.encoder(obs)
+        features = self.encoder(obs, image_features=replay.get("image_features", None))
         mean, std = self._mean_std(features)
         logprob = self._log_density(replay["action_norm"], mean, std)
         entropy = (0.5 + HALF_LOG_2PI + self.log_std).expand_as(mean)  # a Normal's, per element

@@ -94,17 +94,44 @@ class ObsEncoder(nn.Module):
                 "number of instructions"
             )
 
-    def forward(self, obs: TensorDict, augment: bool = False) -> torch.Tensor:
-        """Features [N, out_dim]; `augment` applies the random image shift (training only)."""
+    def forward(
+        self, obs: TensorDict, augment: bool = False, image_features: TensorDict | None = None
+    ) -> torch.Tensor:
+        """Features [N, out_dim]; `augment` applies the random image shift (training only);
+        `image_features` (from `frozen_image_features`) stand in for the image encoders' outputs."""
         self.check(obs)
-        return self.encode(obs, augment)
+        return self.encode(obs, augment, image_features)
 
-    def encode(self, obs: TensorDict | Mapping[str, torch.Tensor], augment: bool = False) -> torch.Tensor:
+    @property
+    def images_frozen(self) -> bool:
+        """Whether there are image encoders and none of them trains (policy.lora.vision=frozen)."""
+        params = list(self.images.parameters())
+        return bool(params) and not any(p.requires_grad for p in params)
+
+    @torch.no_grad()
+    def frozen_image_features(self, obs: TensorDict) -> TensorDict | None:
+        """The image encoders' outputs {key: [N, image_feature_dim]} when they are frozen, else None. A
+        rollout stores them (in `replay`) so the update reuses them instead of running the CNNs again:
+        frozen weights give the same features, and the CNNs are most of an image policy's update."""
+        if not self.images_frozen:
+            return None
+        features = {key: encoder(obs[key]) for key, encoder in self.images.items()}
+        return TensorDict(features, batch_size=obs.batch_size[:1])
+
+    def encode(
+        self,
+        obs: TensorDict | Mapping[str, torch.Tensor],
+        augment: bool = False,
+        image_features: TensorDict | None = None,
+    ) -> torch.Tensor:
         """`forward` without the checks: their data-dependent branches cannot be traced (deploy/export.py)."""
         parts = []
         for key in self.keys:
             value = obs[key]
             if key in self.images:
+                if image_features is not None:
+                    parts.append(image_features[key])
+                    continue
                 if augment and self.image_shift > 0:
                     value = random_shift(value, self.image_shift)
                 parts.append(self.images[key](value))

@@ -66,3 +66,52 @@ def test_orthogonal_init_follows_cleanrl_gains():
             gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
             torch.testing.assert_close(gram, gain**2 * torch.eye(gram.shape[0]), atol=1e-5, rtol=1e-4)
             assert not layer.bias.any()
+
+
+def image_policy(vision: str):
+    from embodrl.policies.finetune import prepare_finetuning
+    from embodrl.policies.lora_config import LoRAConfig
+
+    torch.manual_seed(0)
+    cfg = PolicyConfig(
+        family="gaussian",
+        chunk_size=C,
+        action_dim=A,
+        obs_keys=("rgb", "state"),
+        cnn_channels=(8, 8),
+        lora=LoRAConfig(vision=vision),
+    )
+    return prepare_finetuning(make_policy(cfg, {"rgb": (16, 16, 3), "state": (S,)}), cfg)
+
+
+def image_obs(image_seed: int) -> TensorDict:
+    """The same states, the images drawn from `image_seed`."""
+    rgb = torch.randint(
+        0, 256, (N, 16, 16, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(image_seed)
+    )
+    return TensorDict({"rgb": rgb, "state": torch.linspace(-1, 1, N * S).view(N, S)}, batch_size=[N])
+
+
+def test_frozen_cnn_features_are_cached_in_replay_and_reused_by_evaluate():
+    policy = image_policy(vision="frozen")
+    assert not any(p.requires_grad for p in policy.encoder.images.parameters())  # lora.vision freezes the CNN
+    assert all(p.requires_grad for p in policy.actor.parameters())
+    obs = image_obs(0)
+    out = policy.act(obs)
+    assert out.replay["image_features", "rgb"].shape == (N, policy.cfg.image_feature_dim)
+    cached = policy.evaluate(obs, out.replay)
+    recomputed = policy.evaluate(obs, out.replay.exclude("image_features"))
+    assert torch.equal(cached.logprob, recomputed.logprob) and torch.equal(cached.value, recomputed.value)
+    assert torch.equal(cached.logprob, out.logprob)  # the first ratio is exactly 1
+    # evaluate reads the cached features, not the images: other images change nothing
+    assert torch.equal(policy.evaluate(image_obs(1), out.replay).logprob, cached.logprob)
+    cached.logprob.sum().backward()
+    assert all(p.grad is None for p in policy.encoder.images.parameters())
+    assert policy.actor[0].weight.grad is not None
+
+
+def test_a_trained_cnn_is_run_again_in_evaluate():
+    policy = image_policy(vision="full")
+    out = policy.act(image_obs(0))
+    assert "image_features" not in out.replay.keys()
+    assert not torch.equal(policy.evaluate(image_obs(1), out.replay).logprob, out.logprob)
