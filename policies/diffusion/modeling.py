@@ -63,10 +63,13 @@ class DiffusionPolicy(VLACheckpointMixin, Policy):
         self.mdp = DenoisingMDP(dcfg)
         self.to(device)
 
-    def features(self, obs: TensorDict, augment: bool = False) -> torch.Tensor:
-        """Conditioning features [N, F] of an observation batch."""
+    def features(
+        self, obs: TensorDict, augment: bool = False, image_features: TensorDict | None = None
+    ) -> torch.Tensor:
+        """Conditioning features [N, F] of an observation batch; `image_features`: a frozen CNN's outputs
+        stored by `act` (MLP conditioning only)."""
         if self.encoder is not None:
-            return self.encoder(obs, augment=augment)
+            return self.encoder(obs, augment=augment, image_features=image_features)
         prefix = self.prefix_encoder(obs)
         hidden = self.prefix_encoder.backbone(prefix.embeds, prefix.mask.long()).last_hidden_state
         return pool(hidden, prefix.mask)
@@ -87,7 +90,8 @@ class DiffusionPolicy(VLACheckpointMixin, Policy):
 
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
-        features = self.features(obs)
+        image_features = self.encoder.frozen_image_features(obs) if self.encoder is not None else None
+        features = self.features(obs, image_features=image_features)
         eps = self._eps_model(features)
         n = features.shape[0]
         chain = self.mdp.sample(
@@ -99,12 +103,15 @@ class DiffusionPolicy(VLACheckpointMixin, Policy):
             actions=self.normalizers["action"].unnormalize(action_norm),
             logprob=reduce_logprob(logprob, self.cfg.logprob_type),
             value=self._value(obs, features),
-            replay=TensorDict({"chain": chain}, batch_size=[n]),
+            replay=TensorDict(
+                {"chain": chain, **({} if image_features is None else {"image_features": image_features})},
+                batch_size=[n],
+            ),
         )
 
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
         check_replay(replay, ("chain",), self.family)
-        features = self.features(obs)
+        features = self.features(obs, image_features=replay.get("image_features", None))
         logprob, entropy = self.mdp.chain_logprob(self._eps_model(features), replay["chain"])
         return EvalOut(
             logprob=reduce_logprob(logprob, self.cfg.logprob_type),

@@ -125,10 +125,13 @@ class FlowPolicy(VLACheckpointMixin, Policy):
             )
         return self.normalizers["state"](state)
 
-    def condition(self, obs: TensorDict, augment: bool = False) -> tuple[torch.Tensor, VelocityFn]:
-        """Features [N, F] and the velocity field v(x [M, H, D], t [M]) for M a multiple of N (env-major)."""
+    def condition(
+        self, obs: TensorDict, augment: bool = False, image_features: TensorDict | None = None
+    ) -> tuple[torch.Tensor, VelocityFn]:
+        """Features [N, F] and the velocity field v(x [M, H, D], t [M]) for M a multiple of N (env-major);
+        `image_features`: a frozen CNN's outputs stored by `act` (MLP conditioning only)."""
         if self.encoder is not None:
-            features = self.encoder(obs, augment=augment)
+            features = self.encoder(obs, augment=augment, image_features=image_features)
 
             def mlp_velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
                 repeats = x.shape[0] // features.shape[0]
@@ -160,9 +163,12 @@ class FlowPolicy(VLACheckpointMixin, Policy):
 
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
-        features, velocity = self.condition(obs)
+        image_features = self.encoder.frozen_image_features(obs) if self.encoder is not None else None
+        features, velocity = self.condition(obs, image_features=image_features)
         x0 = torch.randn(features.shape[0], *self.model_shape, device=features.device)  # noise at t = 1
         replay, logprob = self.head.sample(velocity, features, x0, deterministic)
+        if image_features is not None:  # frozen CNNs: the update reads their features from here
+            replay["image_features"] = image_features
         action_norm = self._executed(replay["chain"][:, -1])  # [N, C, A]
         return ActOut(
             actions=self.normalizers["action"].unnormalize(action_norm),
@@ -174,7 +180,7 @@ class FlowPolicy(VLACheckpointMixin, Policy):
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
         if "chain" not in replay.keys():
             raise UserError("replay lacks 'chain': it was not produced by a flow policy's act()")
-        features, velocity = self.condition(obs)
+        features, velocity = self.condition(obs, image_features=replay.get("image_features", None))
         logprob, entropy = self.head.log_prob(velocity, features, replay)
         return EvalOut(
             logprob=reduce_logprob(self._executed(logprob), self.cfg.logprob_type),

@@ -97,6 +97,40 @@ def test_ratio_is_one_with_images_task_ids_and_a_privileged_critic(variant):
     assert not torch.allclose(policy.value(changed), out.value)  # the critic reads `privileged`
 
 
+@pytest.mark.parametrize("vision", ["frozen", "full"])
+@pytest.mark.parametrize("variant", ["gaussian", "flow-noise", "flow-sde", "diffusion"])
+def test_frozen_cnn_features_are_stored_in_replay_and_evaluate_reuses_them(variant, vision):
+    from embodrl.policies.finetune import prepare_finetuning
+    from embodrl.policies.lora_config import LoRAConfig
+
+    diffusion = {"family": "diffusion", "action_normalization": "quantile"}
+    family = diffusion if variant == "diffusion" else VARIANTS[variant]
+    torch.manual_seed(0)
+    cfg = PolicyConfig(
+        chunk_size=C, action_dim=A, obs_keys=("rgb", "state"), lora=LoRAConfig(vision=vision), **family
+    )
+    policy = prepare_finetuning(make_policy(cfg, SHAPES), cfg)
+    policy.set_normalization(
+        {"state": compute_stats(torch.randn(100, S)), "action": compute_stats(torch.rand(100, A))}
+    )
+    obs, other_images = make_obs(seed=0), make_obs(seed=1)["rgb"]
+    out = policy.act(obs)
+    changed = obs.clone()
+    changed["rgb"] = other_images
+    ev = policy.evaluate(changed, out.replay)
+    if vision == "full":  # a trained CNN runs again on whatever images it is given
+        assert "image_features" not in out.replay.keys() and not torch.equal(ev.logprob, out.logprob)
+        return
+    assert not any(p.requires_grad for p in policy.encoder.images.parameters())
+    assert out.replay["image_features", "rgb"].shape == (N, cfg.image_feature_dim)
+    # the stored features stand in for the CNN: other images change nothing, and the ratio is exactly 1
+    assert torch.equal(ev.logprob, out.logprob)
+    recomputed = policy.evaluate(obs, out.replay.exclude("image_features"))
+    assert torch.equal(recomputed.logprob, ev.logprob) and torch.equal(recomputed.value, ev.value)
+    ev.logprob.sum().backward()
+    assert all(p.grad is None for p in policy.encoder.images.parameters())
+
+
 @pytest.mark.parametrize("variant", ["gaussian", "flow-noise", "flow-sde", "flow-vla-noise"])
 def test_save_then_load_gives_identical_outputs(variant, tmp_path):
     policy = build(variant, obs_keys=("state", "rgb"))
