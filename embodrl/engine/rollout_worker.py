@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from tensordict import TensorDict
@@ -33,6 +35,7 @@ class RolloutWorker:
         self._pending: tuple[dict[str, torch.Tensor], int] | None = None
         self._lock = threading.Lock()
         self._pushed = threading.Condition(self._lock)
+        self._acting = threading.Lock()  # held by every act, and by `paused`
         self.latest_version = 0  # newest version pushed, applied or not
         self.closed = False
 
@@ -69,9 +72,16 @@ class RolloutWorker:
                 self.policy.load_state_dict(state)
             self.version = version
 
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No `act` runs inside (one under way finishes first): the caller (an evaluation beside an async
+        producer) is then alone on torch's RNG and may fork it without replaying the producer's draws."""
+        with self._acting:
+            yield
+
     @torch.no_grad()
     def act(self, obs: TensorDict) -> ActOut:
-        with self.timer.stage("inference"):
+        with self._acting, self.timer.stage("inference"):
             return self.policy.act(self._on_device(obs))
 
     @torch.no_grad()

@@ -234,12 +234,13 @@ class OnPolicyRunner:
         # the async schedule's producer may be stepping self.env right now
         if num_envs != self.env.num_envs or cfg.engine.schedule == "async":
             eval_env = make_env(dataclasses.replace(cfg.env, num_envs=num_envs), device=cfg.device)
-        # an async producer that may run ahead (max_staleness >= 1) draws from torch's RNG beside the
-        # evaluation: a seeded fork would replay its draws, so the evaluation draws from the shared stream
-        shared_rng = cfg.engine.schedule == "async" and cfg.engine.max_staleness >= 1
-        seed = None if shared_rng else cfg.seed
         try:
-            results = evaluate_policy(policy, eval_env, cfg.train.eval_episodes, record, video_dir, seed=seed)
+            # an async producer waits at its next decision meanwhile: the evaluation's seeded fork of
+            # torch's RNG then neither sees its draws nor makes it replay them
+            with self.schedule.paused():
+                results = evaluate_policy(
+                    policy, eval_env, cfg.train.eval_episodes, record, video_dir, seed=cfg.seed
+                )
         finally:
             if eval_env is not self.env:
                 eval_env.close()

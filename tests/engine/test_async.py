@@ -82,3 +82,29 @@ def test_stale_samples_use_the_proximal_policy_in_the_ratio():
     torch.testing.assert_close(data.data["prox_logprob"], expected)
     # the clipped ratio is taken against the proximal policy: 1 on the first minibatch
     assert metrics["ratio0_maxdev"] < 1e-5
+
+
+def test_paused_holds_the_producer_at_its_next_decision():
+    cfg = pendulum("engine.schedule=async", "engine.max_staleness=1")
+    env = StagedEnv(cfg.env, cfg.engine)
+    policy = make_policy(cfg, env)
+    schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(STEPS, env.num_envs), "cpu")
+    acting = schedule.rollout.policy  # the producer's copy
+    calls: list[int] = []
+    act = acting.act
+    acting.act = lambda obs, deterministic=False: calls.append(1) or act(obs, deterministic)
+    schedule.push_weights(policy, 0)
+    try:
+        schedule.collect(lambda: torch.arange(4))
+        schedule.push_weights(policy, 50)  # room for ~50 more rollouts: the producer keeps acting
+        with schedule.paused():  # what an evaluation does
+            before = len(calls)
+            time.sleep(0.3)
+            assert len(calls) == before, "the producer acted during the pause"
+        deadline = time.monotonic() + 10
+        while len(calls) == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(calls) > before, "the producer did not go on after the pause"
+    finally:
+        schedule.close()
+        env.close()

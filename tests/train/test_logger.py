@@ -82,6 +82,6 @@ def test_an_offline_wandb_run_resumes_under_its_id(tmp_path, monkeypatch):
         logger.log(start + 1, {"eval/success": 0.5})
         logger.close()
     run_id = (run_dir / WANDB_ID_FILE).read_text()
-    runs = sorted((run_dir / "wandb").glob("offline-run-*"))  # one per session (one if in the same second)
-    assert runs and all(run.name.endswith(run_id) for run in runs)
+    runs = sorted((run_dir / "wandb").glob("offline-run-*"))  # offline-run-<time>-<id>[-k]
+    assert len(runs) == 2 and all(f"-{run_id}" in run.name for run in runs)  # one per session, one id
     assert all((run / f"run-{run_id}.wandb").stat().st_size > 0 for run in runs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
@@ -88,6 +89,10 @@ class Schedule(ABC):
     def push_weights(self, policy: nn.Module, version: int) -> None:
         """The actor's weights after update `version`; the rollout worker uses them from its next decision."""
         self.rollout.push_weights(policy, version)
+
+    def paused(self) -> AbstractContextManager[None]:
+        """No rollout decision is made inside (an async producer waits at its next one)."""
+        return self.rollout.paused()
 
     def close(self) -> None:
         self.rollout.close()
