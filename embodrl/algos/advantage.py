@@ -45,15 +45,11 @@ def compute_advantages(rollout: TensorDict, last_value: torch.Tensor | None, cfg
 def normalize_advantages(advantages: torch.Tensor, mask: torch.Tensor | None, eps: float) -> torch.Tensor:
     """(A - mean) / (std + eps) over the valid entries; invalid entries become 0. mask None: all valid
     (the same numbers without the masking ops, which cost a minibatch of a small MLP ~5%)."""
-    if mask is None:
-        if advantages.numel() < 2:
-            return advantages
-        return (advantages - advantages.mean()) / (advantages.std() + eps)
-    valid = advantages[mask]
-    if valid.numel() < 2:  # no spread to normalize by
-        return torch.where(mask, advantages, torch.zeros_like(advantages))
-    normalized = (advantages - valid.mean()) / (valid.std() + eps)
-    return torch.where(mask, normalized, torch.zeros_like(normalized))
+    valid = advantages if mask is None else advantages[mask]
+    normalized = advantages
+    if valid.numel() >= 2:  # else no spread to normalize by
+        normalized = (advantages - valid.mean()) / (valid.std() + eps)
+    return normalized if mask is None else torch.where(mask, normalized, torch.zeros_like(normalized))
 
 
 def episode_index(done: torch.Tensor) -> torch.Tensor:
