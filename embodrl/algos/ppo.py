@@ -89,6 +89,7 @@ class PPO:
         # a CPU for small MLPs; the same Adam update)
         self.optimizer = torch.optim.Adam(groups, eps=1e-5, fused=True)
         self.base_lrs = [group["lr"] for group in groups]
+        self._any_stale = False  # whether the update's data holds samples of older weights (async)
         self.obs_normalization = (
             RunningObsNormalization(policy.normalizers) if cfg.obs_normalization else None
         )
@@ -109,12 +110,14 @@ class PPO:
             )
         data.update(compute_advantages(data, buffer.last_value, cfg).to_tensordict())
         data["prox_logprob"] = self._proximal_logprob(data, iteration)
+        self._any_stale = bool((data["prox_logprob"] != data["logprob"]).any())  # else no behaviour weights
+        all_valid = bool(data["mask"].all())  # GAE keeps every sample: no per-minibatch selection then
         critic_only = cfg.uses_critic and iteration < cfg.critic_warmup_iters
         sums: dict[str, float] = defaultdict(float)
         count, stopped_early, first = 0, False, None
         for _ in range(cfg.num_epochs):
             for batch in buffer.minibatches(cfg.minibatch_size, generator, LOSS_KEYS):
-                if not bool(batch["mask"].all()):  # GAE keeps every sample: skip the copy then
+                if not all_valid:
                     batch = batch[batch["mask"]]
                 if cfg.normalize_advantages == "minibatch":  # over the whole minibatch, before sharding
                     batch["advantages"] = normalize_advantages(batch["advantages"], None, cfg.eps)
@@ -201,7 +204,7 @@ class PPO:
             old_logprob=batch["prox_logprob"],
             behaviour_weight=self._behaviour_weight(batch),
             advantages=batch["advantages"],
-            mask=torch.ones(batch.batch_size[0], dtype=torch.bool, device=ev.logprob.device),
+            mask=None,  # update() dropped the invalid samples
             entropy=ev.entropy.float(),
             values=ev.value.float() if cfg.uses_critic else None,
             old_values=batch["value"] if cfg.uses_critic else None,
@@ -212,9 +215,9 @@ class PPO:
 
     def _behaviour_weight(self, batch: TensorDict) -> torch.Tensor | None:
         """pi_prox / pi_behaviour per element (decoupled PPO); None when every sample is fresh."""
-        log_weight = batch["prox_logprob"] - batch["logprob"]
-        if not log_weight.any():
+        if not self._any_stale:
             return None
+        log_weight = batch["prox_logprob"] - batch["logprob"]
         weight = log_weight.clamp(max=_MAX_LOG_WEIGHT).exp()
         cap = self.cfg.behaviour_weight_cap
         return weight if cap is None else weight.clamp(max=cap)

@@ -63,15 +63,19 @@ def broadcast_like(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def aggregate(
-    values: torch.Tensor, mask: torch.Tensor, mode: str, traj_length: torch.Tensor | None
+    values: torch.Tensor, mask: torch.Tensor | None, mode: str, traj_length: torch.Tensor | None
 ) -> torch.Tensor:
-    """Weighted mean of values [B, ...] over mask (same shape) by the module's aggregation modes."""
-    weights = mask.to(values.dtype)
+    """Weighted mean of values [B, ...] over mask (same shape; None: every element is valid) by the
+    module's aggregation modes."""
+    if mask is None and mode == "token-mean":  # PPO's minibatches: a plain mean, a third of the ops
+        return values.mean()
+    weights = torch.ones_like(values) if mask is None else mask.to(values.dtype)
     if mode == "seq-mean-token-mean":
         if traj_length is None:
             raise ValueError("loss_agg='seq-mean-token-mean' needs traj_length [B] for every sample")
         weights = weights / broadcast_like(traj_length.to(values.dtype), weights)
-    values = torch.where(mask, values, torch.zeros_like(values))  # masked entries may hold garbage
+    if mask is not None:
+        values = torch.where(mask, values, torch.zeros_like(values))  # masked entries may hold garbage
     return (values * weights).sum() / weights.sum().clamp_min(torch.finfo(values.dtype).tiny)
 
 
@@ -113,7 +117,7 @@ def ppo_loss(
     logprob: torch.Tensor,  # [B, ...] new log-probs with grad: token [B, C, A], action [B, C] or chunk [B]
     old_logprob: torch.Tensor,  # same shape, stored at rollout time
     advantages: torch.Tensor,  # [B]
-    mask: torch.Tensor,  # bool [B] or [B, ...] (a prefix of logprob's shape): valid elements
+    mask: torch.Tensor | None,  # bool [B] or [B, ...] (a prefix of logprob's shape); None: all valid
     entropy: torch.Tensor | None = None,  # [B] or a prefix of logprob's shape
     values: torch.Tensor | None = None,  # [B] critic output with grad; None without a critic
     old_values: torch.Tensor | None = None,  # [B] stored at rollout time
@@ -123,8 +127,10 @@ def ppo_loss(
     behaviour_weight: torch.Tensor | None = None,  # like logprob: pi_prox / pi_behaviour (decoupled PPO)
 ) -> PPOLossOut:
     """Clipped surrogate + value + entropy + reference-KL terms over one minibatch (module docstring)."""
-    mask = broadcast_like(mask.bool(), logprob)
-    log_ratio = torch.where(mask, logprob - old_logprob, torch.zeros_like(logprob))
+    mask = None if mask is None else broadcast_like(mask.bool(), logprob)
+    log_ratio = logprob - old_logprob
+    if mask is not None:
+        log_ratio = torch.where(mask, log_ratio, torch.zeros_like(logprob))
     log_ratio = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     ratio = torch.exp(log_ratio)
     surrogate, clip_active, dual_active = clipped_surrogate(
@@ -134,7 +140,7 @@ def ppo_loss(
     if behaviour_weight is not None:
         surrogate = surrogate * behaviour_weight.detach()
 
-    def agg(x: torch.Tensor, m: torch.Tensor = mask) -> torch.Tensor:
+    def agg(x: torch.Tensor, m: torch.Tensor | None = mask) -> torch.Tensor:
         return aggregate(x, m, cfg.loss_agg, traj_length)
 
     zero = logprob.new_zeros(())
@@ -147,7 +153,7 @@ def ppo_loss(
     if values is not None:
         if old_values is None or returns is None:
             raise ValueError("the value loss needs old_values and returns along with values")
-        sample_mask = mask.reshape(mask.shape[0], -1).any(-1)  # [B]
+        sample_mask = None if mask is None else mask.reshape(mask.shape[0], -1).any(-1)  # [B]
         value_loss = agg(clipped_value_loss(values, old_values, returns, cfg), sample_mask)
         total = total + cfg.value_coef * value_loss
     kl_ref = zero
@@ -158,11 +164,16 @@ def ppo_loss(
         total = total + cfg.kl_coef * kl_ref
 
     with torch.no_grad():
-        valid = mask.sum().clamp_min(1)
-        approx_kl = torch.where(mask, torch.expm1(log_ratio) - log_ratio, 0.0).sum() / valid
-        clip_fraction = (clip_active & mask).sum() / valid
-        dual_clip_fraction = (dual_active & mask).sum() / valid
-        ratio_max_dev = torch.where(mask, (ratio - 1).abs(), 0.0).max()
+        valid = None if mask is None else mask.sum().clamp_min(1)
+
+        def share(x: torch.Tensor) -> torch.Tensor:  # mean over the valid elements
+            return x.float().mean() if mask is None else torch.where(mask, x, 0).sum() / valid
+
+        approx_kl = share(torch.expm1(log_ratio) - log_ratio)
+        clip_fraction = share(clip_active)
+        dual_clip_fraction = share(dual_active)
+        deviation = (ratio - 1).abs()
+        ratio_max_dev = (deviation if mask is None else torch.where(mask, deviation, 0.0)).max()
     return PPOLossOut(
         loss=total,
         policy_loss=policy_loss,

@@ -46,7 +46,8 @@ class RolloutBuffer:
         self.data: TensorDict | None = None  # [T, N]; estimators add advantages, returns, mask, ...
         self.last_value: torch.Tensor | None = None  # [N] V(obs after the last decision), for GAE
         self._leaf_keys: list[str | tuple[str, ...]] = []  # the transition's leaves, allocated in data
-        self._leaves: list[torch.Tensor] = []  # data's tensors of those leaves, refreshed per rollout
+        self._leaves: list[torch.Tensor | None] = []  # data's tensors of those leaves
+        self._step_views: list[tuple[torch.Tensor, ...]] = []  # per leaf, its views [N, ...] of every step
         self.step = 0
 
     @property
@@ -57,23 +58,35 @@ class RolloutBuffer:
         """Store one decision of all N envs (keys in TRANSITION_KEYS, batch [N]) at the next step."""
         if self.full:
             raise RuntimeError(f"the rollout buffer holds {self.num_steps} steps; call clear() first")
-        present = transition.keys()
-        missing = [key for key in TRANSITION_KEYS if key not in present]
-        if missing:
-            raise KeyError(f"transition lacks {missing}; a transition holds {list(TRANSITION_KEYS)}")
         if tuple(transition.batch_size) != (self.num_envs,):
             raise ValueError(f"transition batch {tuple(transition.batch_size)} != ({self.num_envs},)")
         if self.data is None:
+            missing = [key for key in TRANSITION_KEYS if key not in transition.keys()]
+            if missing:
+                raise KeyError(f"transition lacks {missing}; a transition holds {list(TRANSITION_KEYS)}")
             transition = transition.select(*TRANSITION_KEYS).to(self.device)
             self.data = transition.unsqueeze(0).expand(self.num_steps, self.num_envs).clone()
             self._leaf_keys = list(transition.keys(include_nested=True, leaves_only=True))
         if self.step == 0:  # the update may have replaced leaves (PPO stores scaled rewards)
-            self._leaves = [self.data.get(key) for key in self._leaf_keys]
+            self._refresh_views()
+        sources = [transition.get(key, None) for key in self._leaf_keys]
+        if any(source is None for source in sources):
+            missing = [key for key, source in zip(self._leaf_keys, sources, strict=True) if source is None]
+            raise KeyError(f"transition lacks {missing}; a transition holds {list(TRANSITION_KEYS)}")
         # leaf by leaf in one call: TensorDict's indexed assignment walks the nesting each time, which
         # costs 3x as much, a tenth of a one-env decision
-        sources = [transition.get(key) for key in self._leaf_keys]
-        torch._foreach_copy_([leaf[self.step] for leaf in self._leaves], sources)
+        torch._foreach_copy_([views[self.step] for views in self._step_views], sources)
         self.step += 1
+
+    def _refresh_views(self) -> None:
+        """Per leaf, its T step views, made once (indexing every leaf at every step cost ~8 us a
+        decision); remade for a leaf that something replaced since."""
+        leaves = [self.data.get(key) for key in self._leaf_keys]
+        if len(self._leaves) != len(leaves):
+            self._leaves, self._step_views = [None] * len(leaves), [()] * len(leaves)
+        for i, leaf in enumerate(leaves):
+            if leaf is not self._leaves[i]:
+                self._leaves[i], self._step_views[i] = leaf, leaf.unbind(0)
 
     def set_last_value(self, value: torch.Tensor) -> None:
         """V [N] of the observation after the last decision, which GAE bootstraps from."""

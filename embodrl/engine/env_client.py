@@ -205,10 +205,12 @@ class StagedEnv(VecEnv):
 
     def step(self, actions: torch.Tensor) -> StepResult:
         actions = self.check_actions(actions)
+        if self.num_stages == 1:  # no slice, no concatenation
+            self.send_step(0, actions)
+            return self.recv_step(0)
         for s in range(self.num_stages):
             self.send_step(s, actions[self.stage_slice(s)])
-        results = [self.recv_step(s) for s in range(self.num_stages)]
-        return results[0] if self.num_stages == 1 else torch.cat(results)  # one stage: no copy
+        return torch.cat([self.recv_step(s) for s in range(self.num_stages)])
 
     def render(self, env_ids: torch.Tensor | None = None) -> torch.Tensor:
         env_ids = torch.arange(self.num_envs) if env_ids is None else torch.as_tensor(env_ids).flatten()

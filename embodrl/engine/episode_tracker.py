@@ -23,16 +23,24 @@ class EpisodeTracker:
     def zeros(cls, num_envs: int) -> EpisodeTracker:
         return cls(torch.zeros(num_envs), torch.zeros(num_envs, dtype=torch.long))
 
-    def record(
+    def record_rollout(
         self, reward: torch.Tensor, steps: torch.Tensor, done: torch.Tensor, success: torch.Tensor
     ) -> None:
-        self.returns += reward.sum(-1).cpu()
-        self.lengths += steps.cpu()
-        if not done.any():  # most steps: no episode ends, and nonzero() costs more than the check
-            return
-        for i in done.cpu().nonzero().flatten().tolist():
-            self.finished.append((float(self.returns[i]), int(self.lengths[i]), bool(success[i])))
-            self.returns[i], self.lengths[i] = 0.0, 0
+        """Count a rollout's decisions: reward [T, N, C], steps executed, done and success [T, N].
+
+        Once per rollout rather than per decision: at one env the per-decision sums cost as much as
+        the buffer's copy; here only the few decisions that end an episode cost a Python step.
+        """
+        step_returns, steps = reward.sum(-1).cpu(), steps.cpu()
+        start = torch.zeros(step_returns.shape[1], dtype=torch.long)  # the running episode's first decision
+        for t, i in done.cpu().nonzero().tolist():  # in time order
+            ret = self.returns[i] + step_returns[start[i] : t + 1, i].sum()
+            length = self.lengths[i] + steps[start[i] : t + 1, i].sum()
+            self.finished.append((float(ret), int(length), bool(success[t, i])))
+            self.returns[i], self.lengths[i], start[i] = 0.0, 0, t + 1
+        running = torch.arange(step_returns.shape[0])[:, None] >= start  # [T, N]: episodes still going
+        self.returns += (step_returns * running).sum(0)
+        self.lengths += (steps * running).sum(0)
 
     def pop(self) -> dict[str, float]:
         """Mean return, length and success of the finished episodes, then forget them."""

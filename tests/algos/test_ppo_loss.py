@@ -171,3 +171,33 @@ def test_ppo_loss_with_seq_mean_aggregation_uses_traj_length():
     cfg = AlgoConfig(loss_agg="seq-mean-token-mean")
     _, out = _loss(cfg, [0.0, 0.0, 0.0], [3.0, 0.0, 0.0], traj_length=torch.tensor([1.0, 2.0, 2.0]))
     assert out.policy_loss.item() == pytest.approx(-3.0 / 2)
+
+
+@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean"])
+def test_no_mask_equals_an_all_true_mask(loss_agg):
+    """PPO passes mask=None (all samples valid): the same loss, metrics and gradients as an all-true mask."""
+    cfg = AlgoConfig(loss_agg=loss_agg, dual_clip=3.0, entropy_coef=0.01, kl_coef=0.1)
+    gen = torch.Generator().manual_seed(0)
+    b = 16
+    old = torch.randn(b, 4, generator=gen)
+    kwargs = dict(
+        entropy=torch.rand(b, generator=gen),
+        old_values=torch.randn(b, generator=gen),
+        returns=torch.randn(b, generator=gen),
+        ref_logprob=old + 0.1 * torch.randn(b, 4, generator=gen),
+        traj_length=torch.randint(1, 9, (b,), generator=gen).float(),
+    )
+    start = old + 0.3 * torch.randn(b, 4, generator=gen)
+    start_values = torch.randn(b, generator=gen)
+    advantages = torch.randn(b, generator=gen)
+    results = []
+    for mask in (None, torch.ones(b, dtype=torch.bool)):
+        logprob, values = start.clone().requires_grad_(), start_values.clone().requires_grad_()
+        out = ppo_loss(cfg, logprob, old, advantages, mask, values=values, **kwargs)
+        out.loss.backward()
+        results.append((out.metrics(), logprob.grad, values.grad))
+    (metrics, grad, value_grad), (metrics_masked, grad_masked, value_grad_masked) = results
+    assert metrics["clip_fraction"] > 0
+    assert metrics == pytest.approx(metrics_masked, rel=1e-6, abs=1e-7)
+    torch.testing.assert_close(grad, grad_masked)
+    torch.testing.assert_close(value_grad, value_grad_masked)

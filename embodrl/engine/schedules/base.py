@@ -54,11 +54,11 @@ def transition(obs: TensorDict, out: ActOut, res: StepResult, bootstrap: torch.T
 def bootstrap_value(rollout: RolloutWorker, out: ActOut, res: StepResult) -> torch.Tensor:
     """V(final_obs) [n] where an episode was truncated (the return continues past the time limit), else 0."""
     bootstrap = torch.zeros_like(out.value)
-    truncated = res.truncated.to(bootstrap.device)
     if rollout.lockstep:  # whether an env truncated differs between ranks, so every rank runs V on all envs
+        truncated = res.truncated.to(bootstrap.device)
         bootstrap[truncated] = rollout.value(res.final_obs)[truncated]
-    elif truncated.any():
-        bootstrap[truncated] = rollout.value(res.final_obs[res.truncated])
+    elif res.truncated.any():
+        bootstrap[res.truncated.to(bootstrap.device)] = rollout.value(res.final_obs[res.truncated])
     return bootstrap
 
 
@@ -123,6 +123,8 @@ class SyncSchedule(Schedule):
         data = self.buffer.data
         versions = torch.tensor(self.versions, device=data.device)  # [T]
         data.set("version", versions[:, None].expand(data.batch_size).clone())
+        done = data["terminated"] | data["truncated"]
+        self.tracker.record_rollout(data["reward"], data["steps_executed"], done, data["success"])
         timings = self.env.timer.pop()
         timings["rollout"] = time.perf_counter() - start  # wall time of the whole rollout, resets included
         return Rollout(self.buffer, timings, self.tracker.pop())

@@ -34,12 +34,10 @@ class PipelinedSchedule(SyncSchedule):
             for s in range(env.num_stages):
                 res = env.recv_step(s)  # meanwhile the worker went on with stage s+1
                 bootstrap = bootstrap_value(self.rollout, outs[s], res)
-                parts.append((transition(stage_obs[s], outs[s], res, bootstrap), res))
+                parts.append(transition(stage_obs[s], outs[s], res, bootstrap))
                 stage_obs[s] = res.obs
                 if step + 1 < steps:
                     outs[s] = self.rollout.act(stage_obs[s])
                     env.send_step(s, outs[s].actions, version, step + 1)
-            self.buffer.add(torch.cat([t for t, _ in parts]))
-            res = torch.cat([r for _, r in parts])
-            self.tracker.record(res.reward, res.steps_executed, res.done, res.success)
+            self.buffer.add(torch.cat(parts))
         return torch.cat(stage_obs)

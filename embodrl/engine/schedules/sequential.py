@@ -16,6 +16,5 @@ class SequentialSchedule(SyncSchedule):
             out = self.rollout.act(obs)
             res = self.env.step(out.actions)
             self.buffer.add(transition(obs, out, res, bootstrap_value(self.rollout, out, res)))
-            self.tracker.record(res.reward, res.steps_executed, res.done, res.success)
             obs = res.obs
         return obs

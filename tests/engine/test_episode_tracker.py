@@ -1,0 +1,40 @@
+import pytest
+import torch
+
+from embodrl.engine.episode_tracker import EpisodeTracker
+
+
+def _per_decision(tracker, reward, steps, done, success):
+    """The slow reference: walk every decision of every env."""
+    finished = []
+    for t in range(reward.shape[0]):
+        for i in range(reward.shape[1]):
+            tracker["returns"][i] += float(reward[t, i].sum())
+            tracker["lengths"][i] += int(steps[t, i])
+            if done[t, i]:
+                finished.append((tracker["returns"][i], tracker["lengths"][i], bool(success[t, i])))
+                tracker["returns"][i], tracker["lengths"][i] = 0.0, 0
+    return finished
+
+
+def test_record_rollout_matches_a_per_decision_walk_across_rollouts():
+    gen = torch.Generator().manual_seed(0)
+    t, n, c = 12, 5, 3
+    tracker = EpisodeTracker.zeros(n)
+    reference = {"returns": [0.0] * n, "lengths": [0] * n}
+    for _ in range(3):  # episodes run across rollouts: the running sums carry over
+        reward = torch.randn(t, n, c, generator=gen)
+        steps = torch.randint(1, c + 1, (t, n), generator=gen)
+        done = torch.rand(t, n, generator=gen) < 0.2
+        done[:, 0] = False  # an env whose episode never ends here
+        done[3, 1] = done[4, 1] = True  # back-to-back ends: a one-decision episode
+        success = torch.rand(t, n, generator=gen) < 0.5
+        expected = _per_decision(reference, reward, steps, done, success)
+        tracker.record_rollout(reward, steps, done, success)
+        assert len(tracker.finished) == len(expected)
+        for (ret, length, ok), (ret_ref, length_ref, ok_ref) in zip(tracker.finished, expected, strict=True):
+            assert ret == pytest.approx(ret_ref, abs=1e-4) and (length, ok) == (length_ref, ok_ref)
+        torch.testing.assert_close(tracker.returns, torch.tensor(reference["returns"]), atol=1e-4, rtol=0)
+        assert tracker.lengths.tolist() == reference["lengths"]
+        outcomes = tracker.pop()
+        assert outcomes["episodes"] == len(expected) and tracker.finished == []
