@@ -103,6 +103,7 @@ def run_embodrl(s: PPOSettings, iterations: int, seed: int, threads: int, workdi
         f"policy.gaussian.init_std={s.init_std}",
         "policy.gaussian.init=orthogonal",
         f"policy.obs_clip={s.obs_clip}",
+        "policy.action_normalization=identity",  # no demos, no action statistics to map by
         "policy.state_std_min=0",  # CleanRL divides by sqrt(var + 1e-8): no floor
         f"policy.value_hidden_dims={hidden}",
         "algo.name=ppo",

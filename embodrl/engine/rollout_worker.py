@@ -79,12 +79,14 @@ class RolloutWorker:
         with self._acting:
             yield
 
-    @torch.no_grad()
+    # inference_mode, not no_grad: no version counters or views tracked, ~5% of a one-env decision; what
+    # comes out is copied (buffer, env) or read, never saved for backward
+    @torch.inference_mode()
     def act(self, obs: TensorDict) -> ActOut:
         with self._acting, self.timer.stage("inference"):
             return self.policy.act(self._on_device(obs))
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def value(self, obs: TensorDict) -> torch.Tensor:
         with self.timer.stage("inference"):
             return self.policy.value(self._on_device(obs))

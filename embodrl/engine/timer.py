@@ -5,8 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 
 class StageTimer:
@@ -16,13 +14,9 @@ class StageTimer:
         self._totals: dict[str, float] = defaultdict(float)
         self._lock = threading.Lock()
 
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.add(name, time.perf_counter() - start)
+    def stage(self, name: str) -> _Span:
+        """Times the `with` block under `name`."""
+        return _Span(self, name)
 
     def add(self, name: str, seconds: float) -> None:
         with self._lock:
@@ -33,3 +27,19 @@ class StageTimer:
         with self._lock:
             totals, self._totals = dict(self._totals), defaultdict(float)
         return totals
+
+
+class _Span:
+    """`StageTimer.stage`'s context manager: a class, because a generator-based one costs ~2 us more,
+    paid at every decision of a one-env rollout."""
+
+    __slots__ = ("timer", "name", "start")
+
+    def __init__(self, timer: StageTimer, name: str) -> None:
+        self.timer, self.name = timer, name
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.add(self.name, time.perf_counter() - self.start)

@@ -105,6 +105,8 @@ class ObsEncoder(nn.Module):
     @property
     def images_frozen(self) -> bool:
         """Whether there are image encoders and none of them trains (policy.lora.vision=frozen)."""
+        if not len(self.images):  # checked at every act: state policies skip walking the parameters
+            return False
         params = list(self.images.parameters())
         return bool(params) and not any(p.requires_grad for p in params)
 
