@@ -42,7 +42,7 @@ class GymVecEnv(VecEnv):
             raise UserError(f"{name}: action space must be bounded to map [-1, 1] onto it")
         self._act_low = act_space.low.astype(np.float64)
         self._act_high = act_space.high.astype(np.float64)
-        self._act_range = self._act_high - self._act_low
+        self._act_half_range = 0.5 * (self._act_high - self._act_low)
         self._state_dim = int(np.prod(obs_space.shape))
         self._action_spec = ActionSpec(dim=int(np.prod(self._act_low.shape)))  # read on every step
         self._obs = np.zeros((self.num_envs, self._state_dim), np.float32)
@@ -91,7 +91,7 @@ class GymVecEnv(VecEnv):
     def step(self, actions: torch.Tensor) -> StepResult:
         actions = self.check_actions(actions).cpu().numpy().astype(np.float64)  # [N, C, A]
         n, chunk = actions.shape[:2]
-        scaled = self._act_low + (actions + 1.0) * 0.5 * self._act_range
+        scaled = self._act_low + (actions + 1.0) * self._act_half_range  # exact: halving rounds nothing
         reward = np.zeros((n, chunk), np.float32)
         terminated, truncated, success = (np.zeros(n, bool) for _ in range(3))
         executed = np.zeros(n, np.int64)

@@ -143,7 +143,7 @@ class PPO:
                     for p in self._actor_params:
                         p.grad = None
                 if cfg.max_grad_norm is not None:
-                    sums["grad_norm"] += float(nn.utils.clip_grad_norm_(self._params, cfg.max_grad_norm))
+                    sums["grad_norm"] += self._clip_gradients(cfg.max_grad_norm)
                 self.optimizer.step()
                 for key, value in out.metrics().items():
                     sums[key] += value
@@ -161,6 +161,22 @@ class PPO:
             actor_lr=self.optimizer.param_groups[0]["lr"],
         )
         return metrics
+
+    def _clip_gradients(self, max_norm: float) -> float:
+        """Scale the gradients to a global norm of at most `max_norm`; returns the norm before.
+
+        torch's clip_grad_norm_ in one process, without its grouping by device and dtype (one policy has
+        one of each): 60 instead of 100 us per minibatch of a small MLP, a sixteenth of the update.
+        Sharded (DTensor) gradients of data parallelism go through torch's.
+        """
+        if self.data_parallel is not None:
+            return float(nn.utils.clip_grad_norm_(self._params, max_norm))
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if not grads:
+            return 0.0
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        torch._foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp(max=1.0))  # torch's formula
+        return float(total)
 
     def _reduce(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
         """Sum over ranks for the running statistics when every rank collected its own rollout."""

@@ -81,15 +81,17 @@ def aggregate(
 
 def clipped_surrogate(
     ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float, dual_clip: float | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-element loss, clip-active and dual-clip-active masks; advantages already broadcast to ratio."""
-    unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1 - eps_low, 1 + eps_high)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Per-element loss, clip-active and dual-clip-active masks (None without a dual clip); advantages
+    already broadcast to ratio."""
+    negated = -advantages
+    unclipped = negated * ratio
+    clipped = negated * ratio.clamp(1 - eps_low, 1 + eps_high)
     loss = torch.maximum(unclipped, clipped)
     clip_active = clipped > unclipped
     if dual_clip is None:
-        return loss, clip_active, torch.zeros_like(clip_active)
-    bound = -advantages * dual_clip  # for A < 0: a positive cap on the loss when ratio grows large
+        return loss, clip_active, None
+    bound = negated * dual_clip  # for A < 0: a positive cap on the loss when ratio grows large
     dual_active = (advantages < 0) & (bound < loss)
     return torch.where(dual_active, bound, loss), clip_active, dual_active
 
@@ -171,7 +173,7 @@ def ppo_loss(
 
         approx_kl = share(torch.expm1(log_ratio) - log_ratio)
         clip_fraction = share(clip_active)
-        dual_clip_fraction = share(dual_active)
+        dual_clip_fraction = zero if dual_active is None else share(dual_active)
         deviation = (ratio - 1).abs()
         ratio_max_dev = (deviation if mask is None else torch.where(mask, deviation, 0.0)).max()
     return PPOLossOut(

@@ -110,14 +110,14 @@ class ObsEncoder(nn.Module):
         params = list(self.images.parameters())
         return bool(params) and not any(p.requires_grad for p in params)
 
-    @torch.no_grad()
     def frozen_image_features(self, obs: TensorDict) -> TensorDict | None:
         """The image encoders' outputs {key: [N, image_feature_dim]} when they are frozen, else None. A
         rollout stores them (in `replay`) so the update reuses them instead of running the CNNs again:
         frozen weights give the same features, and the CNNs are most of an image policy's update."""
         if not self.images_frozen:
             return None
-        features = {key: encoder(obs[key]) for key, encoder in self.images.items()}
+        with torch.no_grad():
+            features = {key: encoder(obs[key]) for key, encoder in self.images.items()}
         return TensorDict(features, batch_size=obs.batch_size[:1])
 
     def encode(
@@ -141,4 +141,4 @@ class ObsEncoder(nn.Module):
                 parts.append(self.task_embedding(value.long()))
             else:
                 parts.append(self._normalizers[key](value.float()))
-        return torch.cat(parts, dim=-1)
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # one part: no copy
