@@ -31,7 +31,7 @@ class EpisodeTracker:
         Once per rollout rather than per decision: at one env the per-decision sums cost as much as
         the buffer's copy; here only the few decisions that end an episode cost a Python step.
         """
-        step_returns, steps = reward.sum(-1).cpu(), steps.cpu()
+        step_returns, steps, success = reward.sum(-1).cpu(), steps.cpu(), success.cpu()
         start = torch.zeros(step_returns.shape[1], dtype=torch.long)  # the running episode's first decision
         for t, i in done.cpu().nonzero().tolist():  # in time order
             ret = self.returns[i] + step_returns[start[i] : t + 1, i].sum()

@@ -22,7 +22,7 @@ from embodrl.policies.base import ActOut
 
 
 class RolloutWorker:
-    """Runs `policy.act` / `policy.value` under no-grad and knows which weight version it acts with."""
+    """Runs `policy.act` / `policy.value` without autograd and knows which weight version it acts with."""
 
     def __init__(self, policy: nn.Module, timer: StageTimer, copy_to: str | None = None) -> None:
         self.timer = timer
@@ -31,6 +31,10 @@ class RolloutWorker:
         self.device = next(self.policy.parameters()).device
         # an FSDP-sharded policy all-gathers in every forward: all ranks must run the same forwards
         self.lockstep = isinstance(self.policy, FSDPModule)
+        # inference_mode tracks no version counters or views (~5% of a one-env decision); what comes out
+        # is copied (buffer, env) or read, never saved for backward. Not under FSDP: the weights it
+        # gathers inside would become inference tensors that the update's forward cannot use.
+        self._no_grad = torch.no_grad if self.lockstep else torch.inference_mode
         self.version = 0
         self._pending: tuple[dict[str, torch.Tensor], int] | None = None
         self._lock = threading.Lock()
@@ -79,16 +83,12 @@ class RolloutWorker:
         with self._acting:
             yield
 
-    # inference_mode, not no_grad: no version counters or views tracked, ~5% of a one-env decision; what
-    # comes out is copied (buffer, env) or read, never saved for backward
-    @torch.inference_mode()
     def act(self, obs: TensorDict) -> ActOut:
-        with self._acting, self.timer.stage("inference"):
+        with self._no_grad(), self._acting, self.timer.stage("inference"):
             return self.policy.act(self._on_device(obs))
 
-    @torch.inference_mode()
     def value(self, obs: TensorDict) -> torch.Tensor:
-        with self.timer.stage("inference"):
+        with self._no_grad(), self.timer.stage("inference"):
             return self.policy.value(self._on_device(obs))
 
     def _on_device(self, obs: TensorDict) -> TensorDict:
