@@ -131,6 +131,7 @@ def run_embodrl(s: PPOSettings, iterations: int, seed: int, threads: int, workdi
         f"train.rollout_steps={s.rollout_steps}",
         "train.eval_every=0",
         "train.eval_episodes=1",
+        "train.videos=0",  # the final evaluation would render and encode a 1000-frame episode (~30 s)
         f"train.save_every={iterations}",
         "train.tensorboard=false",
         f"train.torch_threads={threads}",

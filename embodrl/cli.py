@@ -91,7 +91,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     start = f"SFT {final['sft/success']:.1%} -> RL " if "sft/success" in final else ""
     print(f"success: {start}{rl} (deterministic, {cfg.train.eval_episodes} fixed episodes)")
     print(f"checkpoint: {run_dir / 'checkpoints/last/policy'}")
-    print(f"learning curve: {run_dir / 'learning_curve.png'}; videos: {run_dir / 'videos'}")
+    videos = f"; videos: {run_dir / 'videos'}" if cfg.train.videos else ""
+    print(f"learning curve: {run_dir / 'learning_curve.png'}{videos}")
 
 
 def cmd_sft(args: argparse.Namespace) -> None:

@@ -19,6 +19,7 @@ class TrainConfig:
     eval_every: int = 10  # iterations; 0 turns periodic evaluation off (a final one always runs)
     eval_episodes: int = 50
     eval_envs: int = 0  # envs for evaluation; 0 = env.num_envs
+    videos: int = 2  # episodes of the final evaluation saved as mp4 in <run>/videos; 0: none
     save_every: int = 10  # iterations between checkpoints
     tensorboard: bool = True
     # Weights & Biases (pip install 'embodrl[wandb]'): metrics of every iteration, the resolved config;
@@ -34,7 +35,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_choice("train.precision", self.precision, PRECISIONS)
         check_positive("train.iterations", self.iterations)
-        for key in ("rollout_steps", "eval_every", "eval_envs", "torch_threads"):
+        for key in ("rollout_steps", "eval_every", "eval_envs", "videos", "torch_threads"):
             check_positive(f"train.{key}", getattr(self, key), allow_zero=True)
         check_positive("train.eval_episodes", self.eval_episodes)
         check_positive("train.save_every", self.save_every)
@@ -57,6 +58,7 @@ class SFTConfig:
     precision: str = "fp32"  # bf16 autocasts the forward pass (CUDA, or CPUs with bf16 support)
     eval_every: int = 1000  # steps; 0 turns periodic evaluation off (a final one always runs)
     eval_episodes: int = 50
+    videos: int = 2  # episodes of the final evaluation saved as mp4 in <run>/videos; 0: none
     save_every: int = 1000
     num_workers: int = 0  # DataLoader worker processes
 
@@ -64,5 +66,5 @@ class SFTConfig:
         check_choice("sft.precision", self.precision, PRECISIONS)
         for key in ("steps", "batch_size", "lr", "eval_episodes", "save_every", "max_grad_norm"):
             check_positive(f"sft.{key}", getattr(self, key))
-        for key in ("max_episodes", "weight_decay", "warmup_steps", "eval_every", "num_workers"):
+        for key in ("max_episodes", "weight_decay", "warmup_steps", "eval_every", "videos", "num_workers"):
             check_positive(f"sft.{key}", getattr(self, key), allow_zero=True)

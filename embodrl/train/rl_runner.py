@@ -189,7 +189,7 @@ class OnPolicyRunner:
             self.unsharded.gather(self.policy, self.algo.optimizer, self.iteration)
 
     def _final_evaluation(self) -> dict[str, float]:
-        final = self.evaluate(record=2, video_dir=self.run_dir / "videos")
+        final = self.evaluate(record=self.cfg.train.videos, video_dir=self.run_dir / "videos")
         (self.run_dir / "final_eval.json").write_text(json.dumps(final, indent=2))
         plot_learning_curve(self.run_dir)
         return final

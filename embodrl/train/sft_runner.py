@@ -153,7 +153,7 @@ class SFTRunner:
             self.policy,
             self.env,
             sft.eval_episodes,
-            record=2,
+            record=sft.videos,
             video_dir=self.run_dir / "videos",
             progress=True,
             seed=self.cfg.seed,

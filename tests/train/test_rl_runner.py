@@ -56,6 +56,15 @@ def test_training_writes_metrics_checkpoint_curve_and_ratio_is_one(tmp_path):
     )
 
 
+def test_train_videos_sets_how_many_final_episodes_are_recorded(tmp_path):
+    one = _runner(tmp_path / "one", "train.iterations=1", "train.eval_every=0", "train.videos=1")
+    one.learn()
+    assert [p.name for p in (one.run_dir / "videos").iterdir()] == ["episode_000.mp4"]
+    none = _runner(tmp_path / "none", "train.iterations=1", "train.eval_every=0", "train.videos=0")
+    none.learn()
+    assert not (none.run_dir / "videos").exists()
+
+
 ASYNC_SYNCHRONOUS = ["engine.schedule=async", "engine.max_staleness=0"]
 
 
