@@ -89,7 +89,6 @@ class PPO:
         # a CPU for small MLPs; the same Adam update)
         self.optimizer = torch.optim.Adam(groups, eps=1e-5, fused=True)
         self.base_lrs = [group["lr"] for group in groups]
-        self._any_stale = False  # whether the update's data holds samples of older weights (async)
         self.obs_normalization = (
             RunningObsNormalization(policy.normalizers) if cfg.obs_normalization else None
         )
@@ -110,7 +109,7 @@ class PPO:
             )
         data.update(compute_advantages(data, buffer.last_value, cfg).to_tensordict())
         data["prox_logprob"] = self._proximal_logprob(data, iteration)
-        self._any_stale = bool((data["prox_logprob"] != data["logprob"]).any())  # else no behaviour weights
+        stale = bool((data["prox_logprob"] != data["logprob"]).any())  # samples of older weights (async)
         all_valid = bool(data["mask"].all())  # GAE keeps every sample: no per-minibatch selection then
         critic_only = cfg.uses_critic and iteration < cfg.critic_warmup_iters
         sums: dict[str, float] = defaultdict(float)
@@ -127,7 +126,7 @@ class PPO:
                     empty = self.data_parallel.any_empty(batch)  # every rank skips it, or none does
                 if empty:
                     continue
-                out = self._loss(batch, critic_only)
+                out = self._loss(batch, critic_only, stale)
                 if first is None:
                     first = float(out.ratio_max_dev)  # behaviour and current policy are the same here
                 approx_kl = (
@@ -206,7 +205,7 @@ class PPO:
                 prox[t, n] = self.policy.evaluate(samples["obs"], samples["replay"]).logprob.float()
         return prox
 
-    def _loss(self, batch: TensorDict, critic_only: bool):
+    def _loss(self, batch: TensorDict, critic_only: bool, stale: bool):
         cfg = self.cfg
         with self._autocast():
             ev = self.evaluate(batch["obs"], batch["replay"])
@@ -218,7 +217,7 @@ class PPO:
             cfg,
             logprob=ev.logprob.float(),
             old_logprob=batch["prox_logprob"],
-            behaviour_weight=self._behaviour_weight(batch),
+            behaviour_weight=self._behaviour_weight(batch) if stale else None,
             advantages=batch["advantages"],
             mask=None,  # update() dropped the invalid samples
             entropy=ev.entropy.float(),
@@ -229,10 +228,8 @@ class PPO:
             traj_length=batch["traj_length"],
         )
 
-    def _behaviour_weight(self, batch: TensorDict) -> torch.Tensor | None:
-        """pi_prox / pi_behaviour per element (decoupled PPO); None when every sample is fresh."""
-        if not self._any_stale:
-            return None
+    def _behaviour_weight(self, batch: TensorDict) -> torch.Tensor:
+        """pi_prox / pi_behaviour per element (decoupled PPO); 1 for fresh samples."""
         log_weight = batch["prox_logprob"] - batch["logprob"]
         weight = log_weight.clamp(max=_MAX_LOG_WEIGHT).exp()
         cap = self.cfg.behaviour_weight_cap

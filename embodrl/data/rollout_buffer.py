@@ -67,6 +67,7 @@ class RolloutBuffer:
             transition = transition.select(*TRANSITION_KEYS).to(self.device)
             self.data = transition.unsqueeze(0).expand(self.num_steps, self.num_envs).clone()
             self._leaf_keys = list(transition.keys(include_nested=True, leaves_only=True))
+            self._leaves, self._step_views = [None] * len(self._leaf_keys), [()] * len(self._leaf_keys)
         if self.step == 0:  # the update may have replaced leaves (PPO stores scaled rewards)
             self._refresh_views()
         sources = [transition.get(key, None) for key in self._leaf_keys]
@@ -81,10 +82,8 @@ class RolloutBuffer:
     def _refresh_views(self) -> None:
         """Per leaf, its T step views, made once (indexing every leaf at every step cost ~8 us a
         decision); remade for a leaf that something replaced since."""
-        leaves = [self.data.get(key) for key in self._leaf_keys]
-        if len(self._leaves) != len(leaves):
-            self._leaves, self._step_views = [None] * len(leaves), [()] * len(leaves)
-        for i, leaf in enumerate(leaves):
+        for i, key in enumerate(self._leaf_keys):
+            leaf = self.data.get(key)
             if leaf is not self._leaves[i]:
                 self._leaves[i], self._step_views[i] = leaf, leaf.unbind(0)
 

@@ -99,14 +99,14 @@ class DiffusionPolicy(VLACheckpointMixin, Policy):
         )  # [N, K'+1, C, A]
         logprob, _ = self.mdp.chain_logprob(eps, chain)
         action_norm = chain[:, -1].clamp(-1.0, 1.0)  # the env gets clipped actions; the chain stays exact
+        replay = {"chain": chain}
+        if image_features is not None:  # frozen CNNs: the update reads their features from here
+            replay["image_features"] = image_features
         return ActOut(
             actions=self.normalizers["action"].unnormalize(action_norm),
             logprob=reduce_logprob(logprob, self.cfg.logprob_type),
             value=self._value(obs, features),
-            replay=TensorDict(
-                {"chain": chain, **({} if image_features is None else {"image_features": image_features})},
-                batch_size=[n],
-            ),
+            replay=TensorDict(replay, batch_size=[n]),
         )
 
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:

@@ -54,11 +54,11 @@ def transition(obs: TensorDict, out: ActOut, res: StepResult, bootstrap: torch.T
 def bootstrap_value(rollout: RolloutWorker, out: ActOut, res: StepResult) -> torch.Tensor:
     """V(final_obs) [n] where an episode was truncated (the return continues past the time limit), else 0."""
     bootstrap = torch.zeros_like(out.value)
+    truncated = res.truncated.to(bootstrap.device)
     if rollout.lockstep:  # whether an env truncated differs between ranks, so every rank runs V on all envs
-        truncated = res.truncated.to(bootstrap.device)
         bootstrap[truncated] = rollout.value(res.final_obs)[truncated]
-    elif res.truncated.any():
-        bootstrap[res.truncated.to(bootstrap.device)] = rollout.value(res.final_obs[res.truncated])
+    elif truncated.any():
+        bootstrap[truncated] = rollout.value(res.final_obs[res.truncated])
     return bootstrap
 
 
