@@ -14,14 +14,12 @@ from embodrl.train.video import write_video
 
 
 @contextmanager
-def seeded_torch_rng(seed: int | None, device: torch.device) -> Iterator[None]:
-    """Inside: torch's RNG (the CPU's and `device`'s) seeded with `seed`; after: as it was before.
-    None: nothing changes (draws come from, and advance, the caller's stream)."""
+def seeded_torch_rng(seed: int, device: torch.device) -> Iterator[None]:
+    """Inside: torch's RNG (the CPU's and `device`'s) seeded with `seed`; after: as it was before."""
     accelerators = [device] if device.type != "cpu" else []
     device_type = device.type if accelerators else None
-    with torch.random.fork_rng(accelerators, enabled=seed is not None, device_type=device_type):
-        if seed is not None:
-            torch.manual_seed(seed)
+    with torch.random.fork_rng(accelerators, device_type=device_type):
+        torch.manual_seed(seed)
         yield
 
 
@@ -33,15 +31,14 @@ def evaluate_policy(
     video_dir: Path | None = None,
     deterministic: bool = True,
     progress: bool = False,
-    seed: int | None = 0,
+    seed: int = 0,
 ) -> EpisodeResults:
     """Play episodes from initial states 0..episodes-1; write the first `record` as mp4 into video_dir.
 
     `deterministic` drops the policy's exploration noise, not every random draw: flow and diffusion
-    policies still start from sampled noise. With a `seed`, those draws come from torch's RNG seeded
-    with it inside a fork, so the result is a function of the weights and the episodes (two evaluations
-    of one checkpoint agree) and the caller's random stream is left as it was. None: they come from the
-    caller's stream (for a thread that shares it with another, where a fork would replay its draws).
+    policies still start from sampled noise. Those draws come from torch's RNG seeded with `seed` inside
+    a fork, so the result is a function of the weights and the episodes (two evaluations of one
+    checkpoint agree) and the caller's random stream is left as it was.
     """
     was_training = policy.training
     policy.eval()
