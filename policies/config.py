@@ -105,6 +105,38 @@ class PolicyConfig:
         return _build(cls, data, "policy")
 
 
+# Applied to a loaded checkpoint (fine-tuning), or filled in from the env or by an import (num_tasks; the
+# VLA's instruction table and, for imported weights, its whole architecture in `vla.custom`): a
+# difference there is not a setting the checkpoint replaces.
+_NOT_FROM_CHECKPOINT = (
+    "init_from",
+    "num_tasks",
+    "vla",
+    "lora",
+    "train_expert_only",
+    "gradient_checkpointing",
+)
+
+
+def overridden_by_checkpoint(experiment: PolicyConfig, checkpoint: PolicyConfig) -> list[str]:
+    """The experiment's policy settings that a checkpoint loaded with `init_from` replaces with its own,
+    as "key=experiment value (checkpoint: value)": the shared fields and the checkpoint family's."""
+    differences = []
+    for f in dataclasses.fields(PolicyConfig):
+        if f.name in _NOT_FROM_CHECKPOINT or (f.name in FAMILIES and f.name != checkpoint.family):
+            continue
+        ours, theirs = getattr(experiment, f.name), getattr(checkpoint, f.name)
+        if dataclasses.is_dataclass(ours):
+            differences += [
+                f"{f.name}.{sub.name}={getattr(ours, sub.name)} (checkpoint: {getattr(theirs, sub.name)})"
+                for sub in dataclasses.fields(ours)
+                if getattr(ours, sub.name) != getattr(theirs, sub.name)
+            ]
+        elif ours != theirs:
+            differences.append(f"{f.name}={ours} (checkpoint: {theirs})")
+    return differences
+
+
 def _build(cls: type, data: dict, prefix: str):
     """Instantiate dataclass `cls` from a (nested) dict, turning JSON lists back into tuples."""
     fields = {f.name: f for f in dataclasses.fields(cls)}

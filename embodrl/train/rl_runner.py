@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import time
 from functools import partial
@@ -22,6 +23,7 @@ from embodrl.engine.faults import collect_with_retries
 from embodrl.engine.full_state import UnshardedCopy, load_full_optimizer_state, load_full_weights
 from embodrl.engine.schedules import make_schedule
 from embodrl.errors import UserError
+from embodrl.policies.config import overridden_by_checkpoint
 from embodrl.policies.finetune import prepare_finetuning
 from embodrl.policies.registry import load_policy, make_policy
 from embodrl.sims.base import VecEnv
@@ -33,12 +35,22 @@ from embodrl.train.memory import estimate_policy_memory
 
 LAST = "checkpoints/last"
 
+log = logging.getLogger(__name__)
+
 
 def build_policy(cfg: ExperimentConfig, env: VecEnv):
     """A fresh policy shaped for `env`, or the checkpoint named by `policy.init_from`; then the fine-tuning
     settings (policy.lora, train_expert_only, gradient_checkpointing) of the experiment are applied."""
     if cfg.policy.init_from:
         policy = load_policy(cfg.policy.init_from, device=cfg.device)
+        ignored = overridden_by_checkpoint(cfg.policy, policy.cfg)
+        if ignored:  # e.g. policy.flow.likelihood=sde given with an SFT checkpoint built for noise
+            log.warning(
+                "policy.init_from=%s keeps the checkpoint's own policy settings; these experiment settings "
+                "are not applied: %s",
+                cfg.policy.init_from,
+                ", ".join(ignored),
+            )
         if not policy.cfg.vla.instructions:  # an imported VLA checkpoint knows no env's instructions
             policy.set_instruction_table(env.instruction_table)
     else:

@@ -6,8 +6,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from embodrl.errors import ConfigError
-from embodrl.policies.config import PolicyConfig
+from embodrl.policies.config import PolicyConfig, overridden_by_checkpoint
+from embodrl.policies.diffusion.configuration import DiffusionConfig
 from embodrl.policies.flow.configuration import FlowConfig
+from embodrl.policies.lora_config import LoRAConfig
 from embodrl.policies.registry import FAMILIES
 
 
@@ -59,3 +61,19 @@ def test_from_dict_rejects_unknown_keys():
     data["flow"]["num_stepz"] = 3
     with pytest.raises(ConfigError, match="num_stepz"):
         PolicyConfig.from_dict(data)
+
+
+def test_a_checkpoints_overridden_settings_are_its_top_level_and_own_family_fields():
+    checkpoint = PolicyConfig(family="flow")
+    experiment = PolicyConfig(
+        family="flow",
+        chunk_size=8,
+        flow=FlowConfig(likelihood="sde"),
+        diffusion=DiffusionConfig(ddim_eta=0.5),  # another family's: not the checkpoint's business
+        lora=LoRAConfig(vision="frozen"),  # fine-tuning settings apply to a loaded checkpoint
+    )
+    assert overridden_by_checkpoint(experiment, checkpoint) == [
+        "chunk_size=8 (checkpoint: 4)",
+        "flow.likelihood=sde (checkpoint: noise)",
+    ]
+    assert overridden_by_checkpoint(checkpoint, checkpoint) == []

@@ -1,4 +1,5 @@
 import json
+import logging
 
 import pytest
 import torch
@@ -124,6 +125,18 @@ def test_cleanrl_details_keep_the_first_ratio_one_and_save_the_running_stats(tmp
 def test_mismatched_action_dim_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="set policy.action_dim=1"):
         _runner(tmp_path, "policy.action_dim=7")
+
+
+def test_experiment_settings_a_checkpoint_replaces_are_named_in_a_warning(tmp_path, caplog):
+    first = _runner(tmp_path, "train.iterations=1", "train.eval_every=0", "train.videos=0")
+    first.learn()
+    source = first.run_dir / LAST / "policy"
+    with caplog.at_level(logging.WARNING, logger="embodrl.train.rl_runner"):
+        _runner(tmp_path, f"policy.init_from={source}")
+        assert not caplog.records  # the experiment that wrote the checkpoint: nothing to report
+        resumed = _runner(tmp_path, f"policy.init_from={source}", "policy.gaussian.hidden_dims=[16,16]")
+    assert "gaussian.hidden_dims=(16, 16) (checkpoint: (32, 32))" in caplog.text
+    assert resumed.policy.cfg.gaussian.hidden_dims == (32, 32)
 
 
 @pytest.mark.slow
