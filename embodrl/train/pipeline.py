@@ -7,11 +7,19 @@ import json
 from pathlib import Path
 
 from embodrl.config import ExperimentConfig
+from embodrl.policies.lora_config import LoRAConfig
 from embodrl.train.checkpointing import POLICY_DIR
 from embodrl.train.rl_runner import LAST, OnPolicyRunner
 
 SFT_DIR = "sft"
 SFT_DONE = "final_eval.json"  # written by SFTRunner.learn when it finishes
+
+
+def sft_stage(cfg: ExperimentConfig) -> ExperimentConfig:
+    """The config of the SFT stage: every weight trains. It starts from random weights, which freezing or
+    LoRA would keep random; `policy.lora` and `train_expert_only` apply to the RL stage, from SFT's result."""
+    policy = dataclasses.replace(cfg.policy, lora=LoRAConfig(), train_expert_only=False)
+    return dataclasses.replace(cfg, policy=policy)
 
 
 def train(cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> dict:
@@ -28,7 +36,7 @@ def train(cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> dict:
         if not (sft_dir / SFT_DONE).is_file():
             sft_started = (sft_dir / LAST).is_dir()
             sft_dir.mkdir(parents=True, exist_ok=True)
-            SFTRunner(cfg, sft_dir, resume=resume and sft_started).learn()
+            SFTRunner(sft_stage(cfg), sft_dir, resume=resume and sft_started).learn()
             resume = False  # RL has not started yet
         summary["sft/success"] = json.loads((sft_dir / SFT_DONE).read_text())["success_rate"]
         policy = dataclasses.replace(cfg.policy, init_from=str(sft_dir / LAST / POLICY_DIR))
