@@ -25,6 +25,7 @@ from embodrl.engine.schedules import make_schedule
 from embodrl.errors import UserError
 from embodrl.policies.config import overridden_by_checkpoint
 from embodrl.policies.finetune import prepare_finetuning
+from embodrl.policies.lora import group_of
 from embodrl.policies.registry import load_policy, make_policy
 from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
@@ -62,6 +63,20 @@ def build_policy(cfg: ExperimentConfig, env: VecEnv):
                 pcfg, vla=dataclasses.replace(pcfg.vla, instructions=tuple(env.instruction_table))
             )
         policy = make_policy(pcfg, env.observation_spec, device=cfg.device)
+        groups = cfg.policy.trained_groups
+        kept = sorted(
+            {
+                g
+                for name, _ in policy.named_parameters()
+                if (g := group_of(name)) and getattr(groups, g) != "full"
+            }
+        )
+        if kept:
+            log.warning(
+                "the policy is built from scratch (no policy.init_from), so its %s weights stay at their "
+                "random initialization (policy.lora / train_expert_only freeze them or put adapters on them)",
+                " and ".join(kept),
+            )
     if policy.cfg.action_dim != env.action_spec.dim:
         raise UserError(
             f"the policy acts in {policy.cfg.action_dim} dims but {cfg.env.suite} expects "

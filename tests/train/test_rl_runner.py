@@ -139,6 +139,14 @@ def test_experiment_settings_a_checkpoint_replaces_are_named_in_a_warning(tmp_pa
     assert resumed.policy.cfg.gaussian.hidden_dims == (32, 32)
 
 
+def test_freezing_a_policy_built_from_scratch_is_named_in_a_warning(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="embodrl.train.rl_runner"):
+        _runner(tmp_path, "policy.lora.vision=frozen")  # the pendulum policy has no CNN: nothing kept
+        assert not caplog.records
+        _runner(tmp_path, "policy.lora.action_head=frozen")
+    assert "its action_head weights stay at their random initialization" in caplog.text
+
+
 @pytest.mark.slow
 def test_ppo_gaussian_learns_to_balance(tmp_path):
     torch.manual_seed(0)
