@@ -247,8 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="On-policy RL: rollouts from seeded initial states, advantages (GAE or GRPO groups), "
         "clipped-PPO epochs, periodic deterministic evaluation, checkpoints every train.save_every "
         "iterations (and on Ctrl-C or a crash), TensorBoard logs, metrics.jsonl and a learning curve. "
-        "Start from a checkpoint with policy.init_from=DIR, or give sft.dataset=DIR to run behaviour cloning "
-        "first (into RUN/sft/) and RL from its result. Data-parallel on K processes or GPUs: "
+        "Start from a checkpoint with policy.init_from=DIR (it keeps its own policy settings; the run warns "
+        "about each one of the experiment it does not apply), or give sft.dataset=DIR to run behaviour "
+        "cloning first (into RUN/sft/; every weight trains there, policy.lora applies to RL) and RL from its "
+        "result. Data-parallel on K processes or GPUs: "
         "torchrun --nproc_per_node=K -m embodrl.cli train ... (each rank steps env.num_envs envs of its own; "
         "gradients averaged over ranks; rank 0 writes the run folder; engine.data_parallel=ddp replicates "
         "the weights, engine.data_parallel=fsdp shards them). " + OVERRIDES_HELP,
