@@ -26,6 +26,7 @@ from embodrl.errors import UserError
 from embodrl.policies.config import overridden_by_checkpoint
 from embodrl.policies.finetune import prepare_finetuning
 from embodrl.policies.lora import group_of
+from embodrl.policies.lora_config import GROUPS
 from embodrl.policies.registry import load_policy, make_policy
 from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
@@ -63,14 +64,8 @@ def build_policy(cfg: ExperimentConfig, env: VecEnv):
                 pcfg, vla=dataclasses.replace(pcfg.vla, instructions=tuple(env.instruction_table))
             )
         policy = make_policy(pcfg, env.observation_spec, device=cfg.device)
-        groups = cfg.policy.trained_groups
-        kept = sorted(
-            {
-                g
-                for name, _ in policy.named_parameters()
-                if (g := group_of(name)) and getattr(groups, g) != "full"
-            }
-        )
+        present = {group_of(name) for name, _ in policy.named_parameters()}
+        kept = [g for g in GROUPS if g in present and getattr(cfg.policy.trained_groups, g) != "full"]
         if kept:
             log.warning(
                 "the policy is built from scratch (no policy.init_from), so its %s weights stay at their "
