@@ -10,6 +10,7 @@ schedule overlaps the next rollout with the update. The ideal pipelined speedup 
     python benchmarks/pipeline_speedup.py --quick    # N=4, T=5, rgb 64
     python benchmarks/pipeline_speedup.py --experiment pi0_flow_noise_nano     # the nano pi0 VLA
     python benchmarks/pipeline_speedup.py --experiment openvla_oft_grpo_nano   # the nano OpenVLA-OFT
+    python benchmarks/pipeline_speedup.py --device cuda --num-envs 32          # inference on a GPU
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def experiment(args, engine: list[str]):
         "env.num_threads=1",
         "algo.num_epochs=1",
         "algo.critic_warmup_iters=0",
+        f"device={args.device}",
         *engine,
     ]
     if args.experiment:
@@ -65,11 +67,15 @@ class Setup:
 
     def __init__(self, args, engine: list[str]) -> None:
         self.cfg = cfg = experiment(args, engine)
-        self.env = StagedEnv(cfg.env, cfg.engine)
+        self.env = StagedEnv(cfg.env, cfg.engine, device=cfg.device)
         torch.manual_seed(0)
         self.policy = build_policy(cfg, self.env)
         self.schedule = make_schedule(
-            cfg.engine, self.env, self.policy, RolloutBuffer(args.steps, args.num_envs), "cpu"
+            cfg.engine,
+            self.env,
+            self.policy,
+            RolloutBuffer(args.steps, args.num_envs, device=cfg.device),
+            cfg.device,
         )
         self.algo = PPO(self.policy, cfg.algo)
         self.schedule.push_weights(self.policy, 0)
@@ -137,6 +143,7 @@ def main() -> None:
     parser.add_argument(
         "--experiment", default="", help="a preset to measure instead of the CNN, e.g. pi0_flow_noise_nano"
     )
+    parser.add_argument("--device", default="cpu", help="where the policy infers and trains (cuda on a GPU)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=4, help="rollout + update loops for env-steps/s")
     args = parser.parse_args()
@@ -151,7 +158,7 @@ def main() -> None:
     what = args.experiment or f"Gaussian CNN {args.channels} on tabletop-basic"
     size = experiment(args, []).env.image_size
     print(
-        f"{what}, rgb {size}, N={args.num_envs} envs, T={args.steps} decisions; "
+        f"{what}, rgb {size}, N={args.num_envs} envs, T={args.steps} decisions, policy on {args.device}; "
         f"sequential t_sim={seq['t_sim']:.3f}s t_inf={seq['t_inf']:.3f}s; ideal speedup {ideal:.2f}x"
     )
     header = f"{'schedule':<18}{'rollout s':>11}{'t_sim s':>9}{'t_inf s':>9}{'speedup':>9}{'of ideal':>10}"
