@@ -208,7 +208,10 @@ class MultiprocessChannel(Channel):
         except queue.Empty:
             raise ChannelTimeout(f"no message within {timeout} s") from None
         if not isinstance(payload, _SlotRef):
-            return header, payload
+            # A CUDA tensor arrives as a view of the sender's memory, valid while the sender lives (torch's
+            # Note [Sharing CUDA tensors]): an env worker that exits or is restarted would leave it
+            # dangling. A copy makes it this process's own and frees the sender's block at once.
+            return header, None if payload is None else payload.clone()
         start = time.perf_counter()
         key = (payload.layout, payload.index)
         if payload.slot is not None:

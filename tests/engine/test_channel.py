@@ -60,3 +60,16 @@ def test_channels_count_the_seconds_spent_moving_payloads(transport):
     else:  # copied into a shared slot and out of it
         assert moved > 0.0
     assert channel.pop_transfer_s() == 0.0  # popped: counting starts again
+
+
+def test_multiprocess_channel_copies_payloads_that_bypass_the_slots():
+    """Off-CPU tensors (CUDA) and non-tensor entries travel through the queue as the sender's shared memory;
+    the receiver keeps a copy of its own, so nothing it holds depends on the sender staying alive."""
+    channel = make_channel("multiprocess")
+    payload = TensorDict({"x": torch.arange(4.0)}, batch_size=[4])
+    payload.set_non_tensor("note", "no slot for me")
+    channel.put(Header("step"), payload)
+    header, got = channel.get(timeout=10)
+    assert torch.equal(got["x"], payload["x"]) and got["note"] == "no slot for me"
+    assert not got["x"].is_shared()
+    assert channel._slots == {}  # it did bypass the slots
