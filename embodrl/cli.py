@@ -227,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         "rollout",
         help="play the scripted expert, a random policy or a checkpoint and write videos",
         description="Play episodes in an env from a fixed set of seeded initial states, print the success "
-        "rate with a 95%% confidence interval, and write videos and summary.json into runs/<name>/<time>/. "
+        "rate with a 95% confidence interval, and write videos and summary.json into runs/<name>/<time>/. "
         + OVERRIDES_HELP,
     )
     p.add_argument(
@@ -302,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         "eval",
         help="success rate of a checkpoint with 95%% confidence intervals and videos",
         description="Evaluate a policy checkpoint on a fixed seeded set of episodes: success rate per "
-        "instruction with a 95%% Wilson interval, mean episode length, videos and summary.json. A checkpoint "
+        "instruction with a 95% Wilson interval, mean episode length, videos and summary.json. A checkpoint "
         "inside a run folder is evaluated in that run's env unless overridden (key=value).",
     )
     p.add_argument("checkpoint", help="policy folder (config.json + model.safetensors)")
