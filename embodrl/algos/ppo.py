@@ -155,6 +155,7 @@ class PPO:
         metrics.update(
             minibatches=float(count),
             stopped_early=float(stopped_early),
+            valid_fraction=float(data["mask"].float().mean()),  # the samples GRPO's group filter kept
             critic_only=float(critic_only),
             ratio0_maxdev=first if first is not None else 0.0,
             actor_lr=self.optimizer.param_groups[0]["lr"],

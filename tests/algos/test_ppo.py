@@ -3,7 +3,9 @@ import torch
 from torch import nn
 
 from embodrl.algos.ppo import PPO
+from embodrl.data.rollout_buffer import RolloutBuffer
 from embodrl.engine.env_client import StagedEnv
+from embodrl.engine.schedules import make_schedule
 from tests.engine.helpers import make_policy, pendulum
 
 
@@ -29,3 +31,22 @@ def test_gradient_clipping_equals_torch_clip_grad_norm(scale):
     assert norm == pytest.approx(float(expected), rel=1e-6)
     for mine, p in zip(clipped, params, strict=True):
         torch.testing.assert_close(mine, p.grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("algo", ["algo.name=ppo", "algo.name=grpo"])
+def test_update_reports_the_fraction_of_samples_it_trained_on(algo):
+    """GAE trains on every sample; GRPO drops what it cannot score (here the unfinished tails of 20-step
+    episodes in a 30-step rollout) and says how much it kept."""
+    cfg = pendulum(algo, "algo.group_size=2", "algo.target_kl=null")
+    env = StagedEnv(cfg.env, cfg.engine)
+    try:
+        policy = make_policy(cfg, env)
+        schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(30, env.num_envs), "cpu")
+        schedule.push_weights(policy, 0)
+        buffer = schedule.collect(lambda: torch.arange(env.num_envs) // 2).buffer  # groups of 2 share a state
+    finally:
+        env.close()
+    metrics = PPO(policy, cfg.algo).update(buffer, 0, torch.Generator().manual_seed(0))
+    kept = buffer.data["mask"].float().mean().item()
+    assert metrics["valid_fraction"] == pytest.approx(kept)
+    assert kept == 1.0 if algo.endswith("ppo") else 0.0 < kept < 1.0
