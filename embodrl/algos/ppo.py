@@ -110,18 +110,13 @@ class PPO:
         data.update(compute_advantages(data, buffer.last_value, cfg).to_tensordict())
         data["prox_logprob"] = self._proximal_logprob(data, iteration)
         stale = bool((data["prox_logprob"] != data["logprob"]).any())  # samples of older weights (async)
-        all_valid = bool(data["mask"].all())  # GAE keeps every sample: no selection then
-        # GRPO keeps some samples: minibatches of minibatch_size kept ones, so the KL stop and the gradient
-        # see full minibatches. Ranks with rollouts of their own select per minibatch instead, which
-        # gives every rank the same number of minibatches.
-        per_minibatch = self.data_parallel is not None and not self.data_parallel.shared_rollout
-        keep = None if all_valid or per_minibatch else data["mask"]
+        all_valid = bool(data["mask"].all())  # GAE keeps every sample: no per-minibatch selection then
         critic_only = cfg.uses_critic and iteration < cfg.critic_warmup_iters
         sums: dict[str, float] = defaultdict(float)
         count, stopped_early, first = 0, False, None
         for _ in range(cfg.num_epochs):
-            for batch in buffer.minibatches(cfg.minibatch_size, generator, LOSS_KEYS, keep):
-                if not all_valid and keep is None:
+            for batch in buffer.minibatches(cfg.minibatch_size, generator, LOSS_KEYS):
+                if not all_valid:
                     batch = batch[batch["mask"]]
                 if cfg.normalize_advantages == "minibatch":  # over the whole minibatch, before sharding
                     batch["advantages"] = normalize_advantages(batch["advantages"], None, cfg.eps)

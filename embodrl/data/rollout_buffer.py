@@ -97,25 +97,18 @@ class RolloutBuffer:
         self.last_value = None
 
     def minibatches(
-        self,
-        minibatch_size: int,
-        generator: torch.Generator,
-        keys: Sequence[str] | None = None,
-        keep: torch.Tensor | None = None,
+        self, minibatch_size: int, generator: torch.Generator, keys: Sequence[str] | None = None
     ) -> Iterator[TensorDict]:
         """One epoch: every one of the T*N samples exactly once, shuffled by `generator` (CPU); with
-        `keys`, minibatches hold only those keys (cutting fewer tensors per minibatch); with a bool
-        `keep` [T, N], only the samples it marks, in minibatches of minibatch_size of them.
+        `keys`, minibatches hold only those keys (cutting fewer tensors per minibatch).
 
-        The last minibatch is smaller when minibatch_size does not divide the number of samples.
+        The last minibatch is smaller when minibatch_size does not divide T*N.
         """
         if not self.full or self.data is None:
             raise RuntimeError(f"the rollout holds {self.step} of {self.num_steps} steps; fill it first")
         check_positive("algo.minibatch_size", minibatch_size)
         data = self.data if keys is None else self.data.select(*keys)
         flat = data.reshape(-1)  # [T*N]
-        if keep is not None:
-            flat = flat[keep.reshape(-1)]
         order = torch.randperm(flat.batch_size[0], generator=generator).to(self.device)
         for start in range(0, order.numel(), minibatch_size):
             yield flat[order[start : start + minibatch_size]]

@@ -60,17 +60,6 @@ def test_each_epoch_covers_every_sample_exactly_once(minibatch_size):
             assert torch.equal(mb["obs", "state"][:, 0].long(), mb["replay", "id"])
 
 
-def test_kept_samples_fill_whole_minibatches():
-    """GRPO's kept samples: each epoch covers exactly them, in minibatches of the full size."""
-    buffer = _filled()
-    keep = torch.zeros(T, N, dtype=torch.bool)
-    keep[::2] = True  # every other step
-    kept_ids = buffer.data["replay", "id"][keep].tolist()
-    seen = [mb["replay", "id"] for mb in buffer.minibatches(8, torch.Generator().manual_seed(0), keep=keep)]
-    assert sorted(torch.cat(seen).tolist()) == sorted(kept_ids)
-    assert [len(ids) for ids in seen[:-1]] == [8] * (len(seen) - 1)
-
-
 def test_minibatch_order_is_reproducible_with_the_same_seed():
     buffer = _filled()
 
