@@ -3,10 +3,8 @@ import torch
 from torch import nn
 
 from embodrl.algos.ppo import PPO
-from embodrl.data.rollout_buffer import RolloutBuffer
 from embodrl.engine.env_client import StagedEnv
-from embodrl.engine.schedules import make_schedule
-from tests.engine.helpers import make_policy, pendulum
+from tests.engine.helpers import collect_once, make_policy, pendulum
 
 
 @pytest.mark.parametrize("scale", [1e-3, 1e3])  # below and above the bound
@@ -38,14 +36,8 @@ def test_update_reports_the_fraction_of_samples_it_trained_on(algo):
     """GAE trains on every sample; GRPO drops what it cannot score (here the unfinished tails of 20-step
     episodes in a 30-step rollout) and says how much it kept."""
     cfg = pendulum(algo, "algo.group_size=2", "algo.target_kl=null")
-    env = StagedEnv(cfg.env, cfg.engine)
-    try:
-        policy = make_policy(cfg, env)
-        schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(30, env.num_envs), "cpu")
-        schedule.push_weights(policy, 0)
-        buffer = schedule.collect(lambda: torch.arange(env.num_envs) // 2).buffer  # groups of 2 share a state
-    finally:
-        env.close()
+    num_envs = cfg.env.num_envs
+    policy, buffer = collect_once(cfg, 30, lambda: torch.arange(num_envs) // 2)  # groups of 2 share a state
     metrics = PPO(policy, cfg.algo).update(buffer, 0, torch.Generator().manual_seed(0))
     kept = buffer.data["mask"].float().mean().item()
     assert metrics["valid_fraction"] == pytest.approx(kept)

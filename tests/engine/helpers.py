@@ -1,5 +1,5 @@
 """Shared pieces of the engine tests: the pendulum config (tests/pendulum.py), a small Gaussian policy, a
-deterministic wrapper, a pipelined rollout over a chosen transport."""
+deterministic wrapper, one collected rollout, a pipelined rollout over a chosen transport."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from embodrl.policies.gaussian.modeling import GaussianPolicy
 from embodrl.train.rl_runner import build_policy
 from tests.pendulum import pendulum
 
-__all__ = ["DeterministicGaussian", "make_policy", "pendulum", "pipelined_rollout"]
+__all__ = ["DeterministicGaussian", "collect_once", "make_policy", "pendulum", "pipelined_rollout"]
 
 
 class DeterministicGaussian(GaussianPolicy):
@@ -38,3 +38,16 @@ def pipelined_rollout(env: StagedEnv, cfg: ExperimentConfig):
     schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(12, 4), "cpu")
     schedule.push_weights(policy, 0)
     return schedule, schedule.collect(lambda: torch.arange(4)).buffer.data.clone()
+
+
+def collect_once(cfg: ExperimentConfig, steps: int, states) -> tuple[GaussianPolicy, RolloutBuffer]:
+    """(policy, filled buffer) of one rollout of `steps` decisions from `states()` with cfg's engine; the
+    env is closed again."""
+    env = StagedEnv(cfg.env, cfg.engine)
+    try:
+        policy = make_policy(cfg, env)
+        schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(steps, env.num_envs), "cpu")
+        schedule.push_weights(policy, 0)
+        return policy, schedule.collect(states).buffer
+    finally:
+        env.close()

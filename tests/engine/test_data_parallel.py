@@ -11,13 +11,10 @@ from tensordict import TensorDict
 from torch.distributed.fsdp import FSDPModule
 
 from embodrl.algos.ppo import PPO
-from embodrl.data.rollout_buffer import RolloutBuffer
 from embodrl.engine.data_parallel import STRATEGIES, DataParallel, transformer_blocks
-from embodrl.engine.env_client import StagedEnv
-from embodrl.engine.schedules import make_schedule
 from embodrl.engine.schedules.base import bootstrap_value
 from embodrl.errors import ConfigError
-from tests.engine.helpers import make_policy, pendulum
+from tests.engine.helpers import collect_once, pendulum
 from tests.policies.test_contract import build, make_obs
 
 WORLD = 2
@@ -41,14 +38,7 @@ def _rank_update(rank, store, policy, buffer, algo_cfg, results):
 
 def test_two_rank_ddp_and_fsdp_updates_equal_single_process_training(tmp_path):
     cfg = pendulum("algo.minibatch_size=8", "algo.target_kl=null")
-    env = StagedEnv(cfg.env, cfg.engine)
-    try:
-        policy = make_policy(cfg, env)
-        schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(10, env.num_envs), "cpu")
-        schedule.push_weights(policy, 0)
-        buffer = schedule.collect(lambda: torch.arange(4)).buffer  # 40 samples: 5 minibatches of 2 x 4
-    finally:
-        env.close()
+    policy, buffer = collect_once(cfg, 10, lambda: torch.arange(4))  # 40 samples: 5 minibatches of 2 x 4
     start, buffer_copy = copy.deepcopy(policy), copy.deepcopy(buffer)
     PPO(policy, cfg.algo).update(buffer, 0, torch.Generator().manual_seed(0))
     assert bool(buffer.data["mask"].all()), "equal shares of valid samples make the updates equal"

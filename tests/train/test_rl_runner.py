@@ -134,9 +134,9 @@ def test_experiment_settings_a_checkpoint_replaces_are_named_in_a_warning(tmp_pa
     with caplog.at_level(logging.WARNING, logger="embodrl.train.rl_runner"):
         _runner(tmp_path, f"policy.init_from={source}")
         assert not caplog.records  # the experiment that wrote the checkpoint: nothing to report
-        resumed = _runner(tmp_path, f"policy.init_from={source}", "policy.gaussian.hidden_dims=[16,16]")
+        loaded = _runner(tmp_path, f"policy.init_from={source}", "policy.gaussian.hidden_dims=[16,16]")
     assert "gaussian.hidden_dims=(16, 16) (checkpoint: (32, 32))" in caplog.text
-    assert resumed.policy.cfg.gaussian.hidden_dims == (32, 32)
+    assert loaded.policy.cfg.gaussian.hidden_dims == (32, 32)
 
 
 def test_freezing_a_policy_built_from_scratch_is_named_in_a_warning(tmp_path, caplog):
