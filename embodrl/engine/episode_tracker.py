@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -17,11 +18,17 @@ class EpisodeTracker:
 
     returns: torch.Tensor
     lengths: torch.Tensor
+    # Set (to the env's max_episode_steps) for rollouts that reset every env at their start. Such a
+    # rollout drops the episodes still running at its end, and those are the long ones (a failure runs
+    # to the time limit), so counting only the episodes that did end would overstate success: an
+    # episode then counts only if it began early enough to end inside the rollout whatever happens.
+    # None: every episode counts (rollouts that carry episodes over drop none).
+    episode_limit: int | None = None
     finished: list[tuple[float, int, bool]] = field(default_factory=list)
 
     @classmethod
-    def zeros(cls, num_envs: int) -> EpisodeTracker:
-        return cls(torch.zeros(num_envs), torch.zeros(num_envs, dtype=torch.long))
+    def zeros(cls, num_envs: int, episode_limit: int | None = None) -> EpisodeTracker:
+        return cls(torch.zeros(num_envs), torch.zeros(num_envs, dtype=torch.long), episode_limit)
 
     def record_rollout(
         self, reward: torch.Tensor, steps: torch.Tensor, done: torch.Tensor, success: torch.Tensor
@@ -32,11 +39,15 @@ class EpisodeTracker:
         the buffer's copy; here only the few decisions that end an episode cost a Python step.
         """
         step_returns, steps, success = reward.sum(-1).cpu(), steps.cpu(), success.cpu()
+        last_start = None  # the last decision from which a whole episode fits (a chunk stops at its end)
+        if self.episode_limit is not None:
+            last_start = reward.shape[0] - math.ceil(self.episode_limit / reward.shape[-1])
         start = torch.zeros(step_returns.shape[1], dtype=torch.long)  # the running episode's first decision
         for t, i in done.cpu().nonzero().tolist():  # in time order
             ret = self.returns[i] + step_returns[start[i] : t + 1, i].sum()
             length = self.lengths[i] + steps[start[i] : t + 1, i].sum()
-            self.finished.append((float(ret), int(length), bool(success[t, i])))
+            if last_start is None or start[i] <= last_start:
+                self.finished.append((float(ret), int(length), bool(success[t, i])))
             self.returns[i], self.lengths[i], start[i] = 0.0, 0, t + 1
         running = torch.arange(step_returns.shape[0])[:, None] >= start  # [T, N]: episodes still going
         self.returns += (step_returns * running).sum(0)

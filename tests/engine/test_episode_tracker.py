@@ -38,3 +38,25 @@ def test_record_rollout_matches_a_per_decision_walk_across_rollouts():
         assert tracker.lengths.tolist() == reference["lengths"]
         outcomes = tracker.pop()
         assert outcomes["episodes"] == len(expected) and tracker.finished == []
+
+
+def test_a_resetting_rollout_counts_only_the_episodes_that_could_end_inside_it():
+    """Episode limit 6 steps, chunks of 2: a whole episode takes 3 decisions, so in a 5-decision rollout
+    only episodes that began at decisions 0-2 count. A quick success begun at decision 3 is dropped: its
+    failing twin would still be running when the rollout ends."""
+    t, n, c = 5, 3, 2
+    reward = torch.zeros(t, n, c)
+    steps = torch.full((t, n), c)
+    done = torch.zeros(t, n, dtype=torch.bool)
+    success = torch.zeros(t, n, dtype=torch.bool)
+    done[2, 0] = True  # env 0: a failure at the limit (decisions 0-2), then a success in one decision
+    done[3, 0] = success[3, 0] = True  # begun at decision 3: dropped
+    done[0, 1] = success[0, 1] = True  # env 1: success at decision 0, another begun at 1 ends at 2
+    done[2, 1] = success[2, 1] = True
+    done[1, 2] = success[1, 2] = True  # env 2: a success at decision 1, then an episode still running
+    counted = EpisodeTracker.zeros(n, episode_limit=6)
+    counted.record_rollout(reward, steps, done, success)
+    assert counted.pop() == {"episodes": 4.0, "return": 0.0, "length": 4.0, "success": 0.75}
+    every = EpisodeTracker.zeros(n)  # rollouts that carry episodes over lose none: every end counts
+    every.record_rollout(reward, steps, done, success)
+    assert every.pop()["episodes"] == 5.0

@@ -108,7 +108,9 @@ class SyncSchedule(Schedule):
         obs, self._next_obs = self._next_obs, None  # cleared first: a failed attempt resets on retry
         if obs is None or not self.continue_episodes:
             obs = self.env.reset_to(initial_states())
-            self.tracker = EpisodeTracker.zeros(self.env.num_envs)  # also forgets a failed attempt's episodes
+            # also forgets a failed attempt's episodes
+            limit = None if self.continue_episodes else self.env.env_cfg.max_episode_steps
+            self.tracker = EpisodeTracker.zeros(self.env.num_envs, limit)
         self.buffer.clear()
         self.versions: list[int] = []  # weight version of each decision
         policy = self.rollout.policy
