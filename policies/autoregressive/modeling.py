@@ -112,11 +112,14 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
             torch.full((n,), acfg.top_k, dtype=torch.long, device=device),
         )
 
-    def _parallel_logits(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def _parallel_logits(
+        self, obs: TensorDict, augment: bool = False, image_features: TensorDict | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """One pass over prefix + slots: action logits [N, C*A, 256], prefix hidden and mask (mlp: the
-        encoder's features [N, F] and None)."""
+        encoder's features [N, F] and None). `augment` and `image_features` (a frozen CNN's outputs
+        stored by `act`) apply to the mlp conditioning's encoder."""
         if self.encoder is not None:
-            features = self.encoder(obs)
+            features = self.encoder(obs, augment=augment, image_features=image_features)
             return self.token_head(features).view(-1, self.num_slots, NUM_ACTION_TOKENS), features, None
         prefix = self.prefix_encoder(obs)
         n, p = prefix.mask.shape
@@ -156,8 +159,9 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
         n = obs.batch_size[0]
         temperature, top_k = self._sampling_params(n)
+        image_features = self.encoder.frozen_image_features(obs) if self.encoder is not None else None
         if self.parallel:
-            logits, prefix_hidden, prefix_mask = self._parallel_logits(obs)
+            logits, prefix_hidden, prefix_mask = self._parallel_logits(obs, image_features=image_features)
             log_probs = processed_log_probs(logits, temperature, top_k)  # [N, C*A, 256]
             index = self._pick(log_probs, deterministic)  # [N, C*A]
         else:
@@ -169,6 +173,8 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         replay = TensorDict(
             {"action_index": index, "temperature": temperature, "top_k": top_k}, batch_size=[n]
         )
+        if image_features is not None:  # frozen CNNs: the update reads their features from here
+            replay["image_features"] = image_features
         return ActOut(
             actions=self.normalizers["action"].unnormalize(actions_norm),
             logprob=reduce_logprob(token_logprob, self.cfg.logprob_type),
@@ -202,15 +208,23 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         return torch.cat(indices, 1), torch.cat(log_probs, 1), prefix_hidden, prefix.mask
 
     def _logits(
-        self, obs: TensorDict, index: torch.Tensor
+        self,
+        obs: TensorDict,
+        index: torch.Tensor,
+        augment: bool = False,
+        image_features: TensorDict | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Logits predicting the C*A tokens `index` [N, C*A] (teacher-forced when sequential)."""
-        return self._parallel_logits(obs) if self.parallel else self._teacher_forced_logits(obs, index)
+        if self.parallel:
+            return self._parallel_logits(obs, augment, image_features)
+        return self._teacher_forced_logits(obs, index)
 
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
         check_replay(replay, REPLAY_KEYS, self.family)
         index = replay["action_index"]  # [N, C*A]
-        logits, prefix_hidden, prefix_mask = self._logits(obs, index)
+        logits, prefix_hidden, prefix_mask = self._logits(
+            obs, index, image_features=replay.get("image_features", None)
+        )
         log_probs = processed_log_probs(logits, replay["temperature"], replay["top_k"])
         token_logprob = log_probs.gather(-1, index.unsqueeze(-1)).view(-1, *self.chunk_shape)
         return EvalOut(
@@ -234,7 +248,7 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         or a Gaussian around it (`label_sigma`), ignoring padded steps."""
         target = self.normalizers["action"](check_action_batch(batch, self.chunk_shape))  # [B, C, A]
         index = self.action_tokenizer.to_index(target).flatten(1)  # [B, C*A]
-        logits, _, _ = self._logits(batch, index)
+        logits, _, _ = self._logits(batch, index, augment=True)  # random image shift, as the other heads
         nll = F.cross_entropy(logits.flatten(0, 1), self._sft_target(index).flatten(0, 1), reduction="none")
         return masked_mean(nll.view_as(target), batch.get("action_is_pad", None))
 

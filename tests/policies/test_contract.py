@@ -98,7 +98,7 @@ def test_ratio_is_one_with_images_task_ids_and_a_privileged_critic(variant):
 
 
 @pytest.mark.parametrize("vision", ["frozen", "full"])
-@pytest.mark.parametrize("variant", ["gaussian", "flow-noise", "flow-sde", "diffusion"])
+@pytest.mark.parametrize("variant", ["gaussian", "flow-noise", "flow-sde", "diffusion", "token-mlp"])
 def test_frozen_cnn_features_are_stored_in_replay_and_evaluate_reuses_them(variant, vision):
     from embodrl.policies.finetune import prepare_finetuning
     from embodrl.policies.lora_config import LoRAConfig
@@ -191,6 +191,33 @@ def test_sft_loss_is_a_differentiable_scalar_that_ignores_padded_steps(variant):
     batch["action"][:, -1] = 1e3  # padded targets must not matter
     torch.manual_seed(0)
     assert torch.allclose(policy.sft_loss(batch), loss)
+
+
+@pytest.mark.parametrize("shift", [4, 0])
+@pytest.mark.parametrize("variant", ["gaussian", "flow-noise", "diffusion", "token-mlp"])
+def test_sft_loss_shifts_the_images_at_random_unless_image_shift_is_0(variant, shift, monkeypatch):
+    """Random-shift augmentation is what lets the small CNN generalize from 50 demos; a head that skipped
+    it (the token MLP did until 2026-11-30) overfits the demo frames. Acting never shifts."""
+    from embodrl.policies.modules import obs_encoder
+
+    shifted = []
+    real_shift = obs_encoder.random_shift
+    monkeypatch.setattr(
+        obs_encoder, "random_shift", lambda images, pad: shifted.append(pad) or real_shift(images, pad)
+    )
+    diffusion = {"family": "diffusion", "action_normalization": "quantile"}
+    family = diffusion if variant == "diffusion" else VARIANTS[variant]
+    cfg = PolicyConfig(chunk_size=C, action_dim=A, obs_keys=("rgb", "state"), image_shift=shift, **family)
+    policy = make_policy(cfg, SHAPES)
+    policy.set_normalization(
+        {"state": compute_stats(torch.randn(100, S)), "action": compute_stats(torch.rand(100, A) * 0.5)}
+    )
+    batch = make_obs()
+    policy.act(batch)
+    assert shifted == []
+    batch["action"] = torch.rand(N, C, A) * 0.5
+    policy.sft_loss(batch).backward()
+    assert shifted == ([shift] if shift else [])
 
 
 @pytest.mark.parametrize("variant", ["gaussian", "flow-noise"])
