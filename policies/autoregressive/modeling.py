@@ -116,12 +116,12 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         self, obs: TensorDict, augment: bool = False, image_features: TensorDict | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """One pass over prefix + slots: action logits [N, C*A, 256], prefix hidden and mask (mlp: the
-        encoder's features [N, F] and None). `augment` and `image_features` (a frozen CNN's outputs
-        stored by `act`) apply to the mlp conditioning's encoder."""
+        encoder's features [N, F] and None). `augment`: shift the images at random (SFT);
+        `image_features`: a frozen CNN's outputs stored by `act` (mlp conditioning only)."""
         if self.encoder is not None:
             features = self.encoder(obs, augment=augment, image_features=image_features)
             return self.token_head(features).view(-1, self.num_slots, NUM_ACTION_TOKENS), features, None
-        prefix = self.prefix_encoder(obs)
+        prefix = self.prefix_encoder(obs, self.cfg.image_shift if augment else 0)
         n, p = prefix.mask.shape
         if self.decoding == "oft":
             slots = prefix.embeds.new_zeros(n, self.num_slots, prefix.embeds.shape[-1])
@@ -139,10 +139,11 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         return self.action_logits(hidden[:, first : first + self.num_slots]), hidden[:, :p], prefix.mask
 
     def _teacher_forced_logits(
-        self, obs: TensorDict, index: torch.Tensor
+        self, obs: TensorDict, index: torch.Tensor, augment: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Causal pass over prefix + tokens [N, C*A]: logits predicting each token, prefix hidden, mask."""
-        prefix = self.prefix_encoder(obs)
+        """Causal pass over prefix + tokens [N, C*A]: logits predicting each token, prefix hidden, mask;
+        `augment`: shift the images at random (SFT)."""
+        prefix = self.prefix_encoder(obs, self.cfg.image_shift if augment else 0)
         n, p = prefix.mask.shape
         tokens = self.backbone.embed_tokens(self.action_tokenizer.to_token(index[:, :-1]))
         embeds = torch.cat([prefix.embeds, tokens], dim=1)
@@ -217,7 +218,7 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         """Logits predicting the C*A tokens `index` [N, C*A] (teacher-forced when sequential)."""
         if self.parallel:
             return self._parallel_logits(obs, augment, image_features)
-        return self._teacher_forced_logits(obs, index)
+        return self._teacher_forced_logits(obs, index, augment)
 
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
         check_replay(replay, REPLAY_KEYS, self.family)

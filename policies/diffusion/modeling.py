@@ -66,11 +66,11 @@ class DiffusionPolicy(VLACheckpointMixin, Policy):
     def features(
         self, obs: TensorDict, augment: bool = False, image_features: TensorDict | None = None
     ) -> torch.Tensor:
-        """Conditioning features [N, F] of an observation batch; `image_features`: a frozen CNN's outputs
-        stored by `act` (MLP conditioning only)."""
+        """Conditioning features [N, F] of an observation batch; `augment`: shift the images at random
+        (SFT); `image_features`: a frozen CNN's outputs stored by `act` (MLP conditioning only)."""
         if self.encoder is not None:
             return self.encoder(obs, augment=augment, image_features=image_features)
-        prefix = self.prefix_encoder(obs)
+        prefix = self.prefix_encoder(obs, self.cfg.image_shift if augment else 0)
         hidden = self.prefix_encoder.backbone(prefix.embeds, prefix.mask.long()).last_hidden_state
         return pool(hidden, prefix.mask)
 

@@ -129,7 +129,8 @@ class FlowPolicy(VLACheckpointMixin, Policy):
         self, obs: TensorDict, augment: bool = False, image_features: TensorDict | None = None
     ) -> tuple[torch.Tensor, VelocityFn]:
         """Features [N, F] and the velocity field v(x [M, H, D], t [M]) for M a multiple of N (env-major);
-        `image_features`: a frozen CNN's outputs stored by `act` (MLP conditioning only)."""
+        `augment`: shift the images at random (SFT); `image_features`: a frozen CNN's outputs stored by
+        `act` (MLP conditioning only)."""
         if self.encoder is not None:
             features = self.encoder(obs, augment=augment, image_features=image_features)
 
@@ -140,7 +141,7 @@ class FlowPolicy(VLACheckpointMixin, Policy):
 
             return features, mlp_velocity
         state = self._vla_state(obs)
-        prefix = self.prefix_encoder(obs, state)
+        prefix = self.prefix_encoder(obs, state, self.cfg.image_shift if augment else 0)
         n = prefix.mask.shape[0]
         padded = torch.zeros(n, self.model_state_dim, device=prefix.mask.device)
         if state is not None:

@@ -20,6 +20,7 @@ from transformers import (
 )
 
 from embodrl.errors import UserError
+from embodrl.policies.modules.cnn import random_shift
 from embodrl.policies.vla.configuration import (
     LanguageModelConfig,
     VisionTowerConfig,
@@ -136,14 +137,17 @@ class VLABackbone(nn.Module):
     def hidden_size(self) -> int:
         return self.architecture.language.hidden_size
 
-    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
-        """uint8 [N, H, W, 3] -> projected patch embeddings [N, patches, hidden]."""
+    def encode_images(self, images: torch.Tensor, shift: int = 0) -> torch.Tensor:
+        """uint8 [N, H, W, 3] -> projected patch embeddings [N, patches, hidden]; `shift` > 0 first
+        shifts each image at random by up to that many pixels (SFT augmentation)."""
         size = self.architecture.vision_towers[0].image_size
         if tuple(images.shape[1:3]) != (size, size):
             raise UserError(
                 f"images are {images.shape[1]}x{images.shape[2]} px but this VLA preset expects "
                 f"{size}x{size}; set the env's image size to {size}"
             )
+        if shift > 0:
+            images = random_shift(images, shift)
         pixels = images.permute(0, 3, 1, 2).float() / 255.0  # [N, 3, H, W] in [0, 1]
         features = []
         towers = zip(self.vision_towers, self.architecture.vision_towers, strict=True)
@@ -157,8 +161,9 @@ class VLABackbone(nn.Module):
         """Token ids [N, T] -> input embeddings [N, T, hidden]."""
         return self.language_model.embed_tokens(ids)
 
-    def embed_prefix(self, obs: TensorDict, state: torch.Tensor | None) -> Prefix:
-        """Prefix of an observation batch; `state` is the already normalized proprio state [N, S].
+    def embed_prefix(self, obs: TensorDict, state: torch.Tensor | None, image_shift: int = 0) -> Prefix:
+        """Prefix of an observation batch; `state` is the already normalized proprio state [N, S];
+        `image_shift`: see `encode_images`.
 
         "plain": [images][instruction, right-padded][state]; "openvla": [BOS][images][state][prompt,
         left-padded], so real tokens sit where OpenVLA(-OFT) puts them once positions skip the padding.
@@ -167,7 +172,7 @@ class VLABackbone(nn.Module):
         images = []
         if self.image_keys:
             batch = torch.cat([obs[key] for key in self.image_keys], dim=0)  # one tower pass for all cameras
-            images = list(self.encode_images(batch).chunk(len(self.image_keys), dim=0))
+            images = list(self.encode_images(batch, image_shift).chunk(len(self.image_keys), dim=0))
         instructions = read_instructions(obs, self.instruction_table)
         states = [] if self.state_projection is None else [self.state_projection(state).unsqueeze(1)]
         if self.prompt_format == "openvla":

@@ -55,14 +55,15 @@ class VLAPrefixEncoder(nn.Module):
     def hidden_size(self) -> int:
         return self.backbone.hidden_size
 
-    def forward(self, obs: TensorDict) -> Prefix:
+    def forward(self, obs: TensorDict, image_shift: int = 0) -> Prefix:
+        """The prefix of `obs`; `image_shift` > 0 shifts the images at random (SFT augmentation)."""
         missing = [k for k in self.keys if k not in obs.keys()]
         if missing:
             raise UserError(
                 f"observation lacks {missing} that the policy reads; present: {sorted(obs.keys())}"
             )
         state = self._normalizers["state"](obs["state"].float()) if self.uses_state else None
-        return self.backbone.embed_prefix(obs, state)
+        return self.backbone.embed_prefix(obs, state, image_shift)
 
 
 class VLACheckpointMixin(CheckpointMixin):

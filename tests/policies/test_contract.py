@@ -8,6 +8,7 @@ from tensordict import TensorDict
 from embodrl.errors import UserError
 from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
 from embodrl.policies.config import PolicyConfig
+from embodrl.policies.diffusion.configuration import DiffusionConfig
 from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.normalization import compute_stats
 from embodrl.policies.registry import load_policy, make_policy
@@ -193,21 +194,46 @@ def test_sft_loss_is_a_differentiable_scalar_that_ignores_padded_steps(variant):
     assert torch.allclose(policy.sft_loss(batch), loss)
 
 
+AUGMENTED = {
+    "gaussian": VARIANTS["gaussian"],
+    "flow-noise": VARIANTS["flow-noise"],
+    "diffusion": {"family": "diffusion", "action_normalization": "quantile"},
+    "token-mlp": VARIANTS["token-mlp"],
+    "flow-vla": VARIANTS["flow-vla-noise"],
+    "diffusion-vla": {
+        "family": "diffusion",
+        "action_normalization": "quantile",
+        "diffusion": DiffusionConfig(conditioning="vla"),
+    },
+    "token-vla-parallel": {
+        "family": "autoregressive",
+        "action_normalization": "quantile",
+        "autoregressive": AutoregressiveConfig(decoding="parallel"),
+    },
+    "token-vla-sequential": {"family": "autoregressive", "action_normalization": "quantile"},
+}
+
+
 @pytest.mark.parametrize("shift", [4, 0])
-@pytest.mark.parametrize("variant", ["gaussian", "flow-noise", "diffusion", "token-mlp"])
+@pytest.mark.parametrize("variant", list(AUGMENTED))
 def test_sft_loss_shifts_the_images_at_random_unless_image_shift_is_0(variant, shift, monkeypatch):
-    """Random-shift augmentation is what lets the small CNN generalize from 50 demos; a head that skipped
-    it (the token MLP did until 2026-11-30) overfits the demo frames. Acting never shifts."""
+    """Random-shift augmentation is what lets a vision model trained from scratch generalize from 50 demos;
+    the token MLP and the VLA heads skipped it until 2026-11-30. Acting never shifts."""
     from embodrl.policies.modules import obs_encoder
+    from embodrl.policies.vla import modeling
 
     shifted = []
     real_shift = obs_encoder.random_shift
-    monkeypatch.setattr(
-        obs_encoder, "random_shift", lambda images, pad: shifted.append(pad) or real_shift(images, pad)
+
+    def spy(images: torch.Tensor, pad: int) -> torch.Tensor:
+        shifted.append((tuple(images.shape), pad))
+        return real_shift(images, pad)
+
+    monkeypatch.setattr(obs_encoder, "random_shift", spy)
+    monkeypatch.setattr(modeling, "random_shift", spy)
+    cfg = PolicyConfig(
+        chunk_size=C, action_dim=A, obs_keys=("rgb", "state"), image_shift=shift, **AUGMENTED[variant]
     )
-    diffusion = {"family": "diffusion", "action_normalization": "quantile"}
-    family = diffusion if variant == "diffusion" else VARIANTS[variant]
-    cfg = PolicyConfig(chunk_size=C, action_dim=A, obs_keys=("rgb", "state"), image_shift=shift, **family)
     policy = make_policy(cfg, SHAPES)
     policy.set_normalization(
         {"state": compute_stats(torch.randn(100, S)), "action": compute_stats(torch.rand(100, A) * 0.5)}
@@ -217,7 +243,7 @@ def test_sft_loss_shifts_the_images_at_random_unless_image_shift_is_0(variant, s
     assert shifted == []
     batch["action"] = torch.rand(N, C, A) * 0.5
     policy.sft_loss(batch).backward()
-    assert shifted == ([shift] if shift else [])
+    assert shifted == ([((N, 64, 64, 3), shift)] if shift else [])
 
 
 @pytest.mark.parametrize("variant", ["gaussian", "flow-noise"])
