@@ -52,7 +52,7 @@ class PolicyConfig:
     task_embedding_dim: int = 16
     cnn_channels: tuple[int, ...] = (32, 64, 64, 64)  # stride-2 3x3 convs of the image encoder
     image_feature_dim: int = 128
-    image_shift: int = 4  # random-shift augmentation (pixels) of every camera in sft_loss (CNN or VLA); 0: off
+    image_shift: int = 4  # random-shift augmentation (pixels) of every camera in sft_loss (CNN, VLA); 0: off
     value_hidden_dims: tuple[int, ...] = (256, 256)
     gaussian: GaussianConfig = field(default_factory=GaussianConfig)
     flow: FlowConfig = field(default_factory=FlowConfig)
