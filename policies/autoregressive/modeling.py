@@ -121,7 +121,7 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         if self.encoder is not None:
             features = self.encoder(obs, augment=augment, image_features=image_features)
             return self.token_head(features).view(-1, self.num_slots, NUM_ACTION_TOKENS), features, None
-        prefix = self.prefix_encoder(obs, self.cfg.image_shift if augment else 0)
+        prefix = self.prefix_encoder(obs, augment)
         n, p = prefix.mask.shape
         if self.decoding == "oft":
             slots = prefix.embeds.new_zeros(n, self.num_slots, prefix.embeds.shape[-1])
@@ -143,7 +143,7 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Causal pass over prefix + tokens [N, C*A]: logits predicting each token, prefix hidden, mask;
         `augment`: shift the images at random (SFT)."""
-        prefix = self.prefix_encoder(obs, self.cfg.image_shift if augment else 0)
+        prefix = self.prefix_encoder(obs, augment)
         n, p = prefix.mask.shape
         tokens = self.backbone.embed_tokens(self.action_tokenizer.to_token(index[:, :-1]))
         embeds = torch.cat([prefix.embeds, tokens], dim=1)

@@ -70,7 +70,7 @@ class DiffusionPolicy(VLACheckpointMixin, Policy):
         (SFT); `image_features`: a frozen CNN's outputs stored by `act` (MLP conditioning only)."""
         if self.encoder is not None:
             return self.encoder(obs, augment=augment, image_features=image_features)
-        prefix = self.prefix_encoder(obs, self.cfg.image_shift if augment else 0)
+        prefix = self.prefix_encoder(obs, augment)
         hidden = self.prefix_encoder.backbone(prefix.embeds, prefix.mask.long()).last_hidden_state
         return pool(hidden, prefix.mask)
 

@@ -141,7 +141,7 @@ class FlowPolicy(VLACheckpointMixin, Policy):
 
             return features, mlp_velocity
         state = self._vla_state(obs)
-        prefix = self.prefix_encoder(obs, state, self.cfg.image_shift if augment else 0)
+        prefix = self.prefix_encoder(obs, state, augment)
         n = prefix.mask.shape[0]
         padded = torch.zeros(n, self.model_state_dim, device=prefix.mask.device)
         if state is not None:

@@ -71,6 +71,7 @@ class VLAFlowPrefix(nn.Module):
         super().__init__()
         check_vla_obs_keys(cfg, obs_shapes)
         self.image_keys = tuple(k for k in cfg.obs_keys if k in IMAGE_KEYS)
+        self.image_shift = cfg.image_shift
         self.variant = cfg.flow.vla_variant
         self.backbone = VLABackbone(
             cfg.vla.architecture,
@@ -88,9 +89,9 @@ class VLAFlowPrefix(nn.Module):
     def rope_theta(self) -> float:
         return float(self.backbone.language_model.config.rope_parameters["rope_theta"])
 
-    def forward(self, obs: TensorDict, state: torch.Tensor | None, image_shift: int = 0) -> PrefixCache:
-        """Run the prefix once; `state` is the normalized (unpadded) state [N, S] or None; `image_shift`
-        > 0 shifts the images at random (SFT augmentation)."""
+    def forward(self, obs: TensorDict, state: torch.Tensor | None, augment: bool = False) -> PrefixCache:
+        """Run the prefix once; `state` is the normalized (unpadded) state [N, S] or None; `augment`
+        shifts the images at random by up to `policy.image_shift` (SFT)."""
         for key in self.image_keys:
             if key not in obs.keys():
                 raise UserError(f"observation lacks camera {key!r}; present: {sorted(obs.keys())}")
@@ -99,7 +100,8 @@ class VLAFlowPrefix(nn.Module):
         parts, masks = [], []
         if self.image_keys:
             images = torch.cat([obs[key] for key in self.image_keys], dim=0)  # one tower pass for all cameras
-            for patches in backbone.encode_images(images, image_shift).chunk(len(self.image_keys), dim=0):
+            shift = self.image_shift if augment else 0
+            for patches in backbone.encode_images(images, shift).chunk(len(self.image_keys), dim=0):
                 parts.append(patches)
                 masks.append(torch.ones(patches.shape[:2], dtype=torch.bool, device=device))
         prompts = make_prompts(self.variant, read_instructions(obs, backbone.instruction_table), state)

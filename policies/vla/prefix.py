@@ -37,7 +37,7 @@ class VLAPrefixEncoder(nn.Module):
     ) -> None:
         super().__init__()
         check_vla_obs_keys(cfg, obs_shapes)
-        self.keys = tuple(cfg.obs_keys)
+        self.keys, self.image_shift = tuple(cfg.obs_keys), cfg.image_shift
         self.uses_state = "state" in cfg.obs_keys
         # A plain dict, so the normalizer stays owned (and saved) by the policy alone, not registered twice.
         self._normalizers = {"state": normalizers["state"]} if self.uses_state else {}
@@ -55,15 +55,15 @@ class VLAPrefixEncoder(nn.Module):
     def hidden_size(self) -> int:
         return self.backbone.hidden_size
 
-    def forward(self, obs: TensorDict, image_shift: int = 0) -> Prefix:
-        """The prefix of `obs`; `image_shift` > 0 shifts the images at random (SFT augmentation)."""
+    def forward(self, obs: TensorDict, augment: bool = False) -> Prefix:
+        """The prefix of `obs`; `augment` shifts the images at random by up to `policy.image_shift` (SFT)."""
         missing = [k for k in self.keys if k not in obs.keys()]
         if missing:
             raise UserError(
                 f"observation lacks {missing} that the policy reads; present: {sorted(obs.keys())}"
             )
         state = self._normalizers["state"](obs["state"].float()) if self.uses_state else None
-        return self.backbone.embed_prefix(obs, state, image_shift)
+        return self.backbone.embed_prefix(obs, state, self.image_shift if augment else 0)
 
 
 class VLACheckpointMixin(CheckpointMixin):
