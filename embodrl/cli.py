@@ -91,6 +91,12 @@ def cmd_train(args: argparse.Namespace) -> None:
     start = f"SFT {final['sft/success']:.1%} -> RL " if "sft/success" in final else ""
     print(f"success: {start}{rl} (deterministic, {cfg.train.eval_episodes} fixed episodes)")
     print(f"checkpoint: {run_dir / 'checkpoints/last/policy'}")
+    if "best/held_out_success" in final:  # an earlier evaluation beat the last policy's
+        print(
+            f"best: iteration {int(final['best/iteration'])}, success {final['best/success']:.1%} on the "
+            f"evaluation episodes, {final['best/held_out_success']:.1%} on {cfg.train.eval_episodes} "
+            f"held-out ones; checkpoint: {run_dir / 'checkpoints/best/policy'}"
+        )
     videos = f"; videos: {run_dir / 'videos'}" if cfg.train.videos else ""
     print(f"learning curve: {run_dir / 'learning_curve.png'}{videos}")
 
@@ -150,6 +156,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
             deterministic=not args.stochastic,
             progress=True,
             seed=cfg.seed,  # the run's: the evaluation the run logged for these weights, repeated
+            first_state_id=args.first_state,
         )
     summary = summarize(results)
     out.mkdir(parents=True, exist_ok=True)
@@ -311,6 +318,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--episodes", type=int, default=100, help="number of episodes (default 100)")
     p.add_argument("--record", type=int, default=4, help="episodes recorded as mp4 (default 4)")
+    p.add_argument(
+        "--first-state",
+        type=int,
+        default=0,
+        help="initial state id of the first episode (default 0, the states a run evaluates on; a run's "
+        "held-out evaluation of its best checkpoint starts at train.eval_episodes)",
+    )
     p.add_argument(
         "--stochastic", action="store_true", help="sample actions instead of the deterministic mode"
     )

@@ -109,3 +109,9 @@ def test_collect_sft_eval_chain(tmp_path, capsys):
     video = "videos/episode_000.mp4"
     assert (checkpoint / "eval" / video).read_bytes() == (run_dir / video).read_bytes()
     assert "success:" in capsys.readouterr().out
+    # --first-state moves the episodes to other initial states (a held-out set)
+    shifted = tmp_path / "shifted"
+    assert (
+        main(["eval", str(checkpoint), "--episodes", "1", "--first-state", "4", "--out", str(shifted)]) == 0
+    )
+    assert (shifted / video).read_bytes() != (run_dir / video).read_bytes()

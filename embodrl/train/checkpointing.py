@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -14,15 +15,22 @@ from embodrl.policies.registry import load_policy
 
 POLICY_DIR = "policy"
 STATE_FILE = "trainer_state.pt"
+INFO_FILE = "info.json"
 
 
-def save_checkpoint(directory: Path, policy, trainer_state: dict) -> Path:
-    """Write `directory` (policy/ + trainer_state.pt) through a temporary folder: never half a checkpoint."""
+def save_checkpoint(
+    directory: Path, policy, trainer_state: dict | None = None, info: dict | None = None
+) -> Path:
+    """Write `directory` (policy/, trainer_state.pt to resume from, info.json to read) through a temporary
+    folder: never half a checkpoint."""
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_policy(policy, tmp / POLICY_DIR)  # with LoRA: base weights + adapters (policies/lora.py)
-    torch.save(trainer_state, tmp / STATE_FILE)
+    if trainer_state is not None:
+        torch.save(trainer_state, tmp / STATE_FILE)
+    if info is not None:
+        (tmp / INFO_FILE).write_text(json.dumps(info, indent=2))
     old = directory.with_name(directory.name + ".old")
     if directory.exists():
         directory.rename(old)

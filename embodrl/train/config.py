@@ -21,6 +21,9 @@ class TrainConfig:
     eval_envs: int = 0  # envs for evaluation; 0 = env.num_envs
     videos: int = 2  # episodes of the final evaluation saved as mp4 in <run>/videos; 0: none
     save_every: int = 10  # iterations between checkpoints
+    # checkpoints/best: the policy of the best evaluation (success, then return), played once more at the
+    # end on eval_episodes held-out initial states (best_eval.json) when it is not the last policy
+    keep_best: bool = True
     tensorboard: bool = True
     # Weights & Biases (pip install 'embodrl[wandb]'): metrics of every iteration, the resolved config;
     # runs grouped by the experiment's name; a resumed run continues its wandb run

@@ -32,8 +32,10 @@ def evaluate_policy(
     deterministic: bool = True,
     progress: bool = False,
     seed: int = 0,
+    first_state_id: int = 0,
 ) -> EpisodeResults:
-    """Play episodes from initial states 0..episodes-1; write the first `record` as mp4 into video_dir.
+    """Play episodes from initial states first_state_id + [0, episodes); write the first `record` as mp4
+    into video_dir.
 
     `deterministic` drops the policy's exploration noise, not every random draw: flow and diffusion
     policies still start from sampled noise. Those draws come from torch's RNG seeded with `seed` inside
@@ -49,6 +51,7 @@ def evaluate_policy(
                 lambda obs: policy.act(obs, deterministic=deterministic).actions,
                 episodes,
                 record=record,
+                first_state_id=first_state_id,
                 progress=progress,
             )
     finally:

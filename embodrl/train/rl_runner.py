@@ -30,8 +30,9 @@ from embodrl.policies.lora_config import GROUPS
 from embodrl.policies.registry import load_policy, make_policy
 from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
-from embodrl.train.checkpointing import restore_checkpoint, rng_state, save_checkpoint
-from embodrl.train.evaluation import eval_metrics, evaluate_policy
+from embodrl.train.best import BEST_EVAL_FILE, BestCheckpoint
+from embodrl.train.checkpointing import POLICY_DIR, restore_checkpoint, rng_state, save_checkpoint
+from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
 from embodrl.train.logger import MetricsLogger, plot_learning_curve, wandb_target
 from embodrl.train.memory import estimate_policy_memory
 
@@ -149,6 +150,7 @@ class OnPolicyRunner:
                 f"algo.group_size={cfg.algo.group_size}"
             )
         self.iteration, self.env_steps, self.wall_time, self.env_restarts = 0, 0, 0.0, 0
+        self.best = BestCheckpoint(run_dir) if cfg.train.keep_best else None
         if resume:
             self._restore(run_dir / LAST)  # every rank loads the same checkpoint
         if rank() > 0:  # own action noise and initial states; rank 0 keeps the single-process streams
@@ -189,6 +191,8 @@ class OnPolicyRunner:
                 if logger is not None:  # rank 0; the other ranks only collect and train
                     if evaluating:
                         metrics.update(self.evaluate(record=0))
+                        if self.best is not None:
+                            self.best.consider(self.iteration, metrics, self._full_policy())
                     logger.log(self.iteration, metrics)
                     if saving:
                         self.save()
@@ -210,11 +214,48 @@ class OnPolicyRunner:
         if self.unsharded is not None and self.unsharded.iteration != self.iteration:
             self.unsharded.gather(self.policy, self.algo.optimizer, self.iteration)
 
+    def _full_policy(self) -> torch.nn.Module:
+        """The whole policy: with fsdp, rank 0's unsharded copy (gathered before evaluations and saves)."""
+        return self.policy if self.unsharded is None else self.unsharded.policy
+
     def _final_evaluation(self) -> dict[str, float]:
         final = self.evaluate(record=self.cfg.train.videos, video_dir=self.run_dir / "videos")
         (self.run_dir / "final_eval.json").write_text(json.dumps(final, indent=2))
         plot_learning_curve(self.run_dir)
-        return final
+        if self.best is None:
+            return final
+        self.best.consider(self.iteration, final, self._full_policy())
+        return {**final, **self._evaluate_best_held_out()}
+
+    def _evaluate_best_held_out(self) -> dict[str, float]:
+        """An earlier best than the last policy: play it on the next eval_episodes initial states, which
+        chose nothing, and write best_eval.json. Returns best/* metrics for the summary line."""
+        best, episodes = self.best, self.cfg.train.eval_episodes
+        summary = {"best/iteration": float(best.iteration), "best/success": best.info["eval/success"]}
+        if best.iteration == self.iteration:
+            return summary
+        if 2 * episodes > self.env.num_init_states:
+            log.warning(
+                "no held-out evaluation of the best checkpoint: the env has %d initial states and "
+                "train.eval_episodes=%d uses half of them or more",
+                self.env.num_init_states,
+                episodes,
+            )
+            return summary
+        policy = load_policy(best.directory / POLICY_DIR, device=self.cfg.device)
+        held_out = summarize(self._play(policy, first_state_id=episodes))
+        report = {
+            "iteration": best.iteration,
+            "checkpoint": str(best.directory / POLICY_DIR),
+            "chosen_on": {
+                "first_state_id": 0,
+                "episodes": episodes,
+                "success_rate": best.info["eval/success"],
+            },
+            "held_out": {"first_state_id": episodes, **held_out},
+        }
+        (self.run_dir / BEST_EVAL_FILE).write_text(json.dumps(report, indent=2))
+        return {**summary, "best/held_out_success": held_out["success_rate"]}
 
     def _iterate(self) -> dict[str, float]:
         start = time.perf_counter()
@@ -249,8 +290,16 @@ class OnPolicyRunner:
     def evaluate(self, record: int = 0, video_dir: Path | None = None) -> dict[str, float]:
         """Deterministic policy on a fixed set of initial states (ids 0..eval_episodes-1); with fsdp, rank 0's
         unsharded copy, moved to the device for the evaluation."""
+        policy = self._full_policy().to(self.cfg.device)
+        try:
+            return eval_metrics(self._play(policy, record, video_dir))
+        finally:
+            if policy is not self.policy:
+                policy.cpu()
+
+    def _play(self, policy, record: int = 0, video_dir: Path | None = None, first_state_id: int = 0):
+        """`policy`'s evaluation episodes from initial state `first_state_id` on (EpisodeResults)."""
         cfg = self.cfg
-        policy = self.policy if self.unsharded is None else self.unsharded.policy.to(cfg.device)
         eval_env = self.env
         num_envs = cfg.train.eval_envs or cfg.env.num_envs
         # the async schedule's producer may be stepping self.env right now
@@ -260,15 +309,18 @@ class OnPolicyRunner:
             # an async producer waits at its next decision meanwhile: the evaluation's seeded fork of
             # torch's RNG then neither sees its draws nor makes it replay them
             with self.schedule.paused():
-                results = evaluate_policy(
-                    policy, eval_env, cfg.train.eval_episodes, record, video_dir, seed=cfg.seed
+                return evaluate_policy(
+                    policy,
+                    eval_env,
+                    cfg.train.eval_episodes,
+                    record,
+                    video_dir,
+                    seed=cfg.seed,
+                    first_state_id=first_state_id,
                 )
         finally:
             if eval_env is not self.env:
                 eval_env.close()
-            if policy is not self.policy:
-                policy.cpu()
-        return eval_metrics(results)
 
     def save(self) -> Path | None:
         """Write checkpoints/last (rank 0); None with fsdp when no gather has followed the last iteration."""
