@@ -91,12 +91,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     start = f"SFT {final['sft/success']:.1%} -> RL " if "sft/success" in final else ""
     print(f"success: {start}{rl} (deterministic, {cfg.train.eval_episodes} fixed episodes)")
     print(f"checkpoint: {run_dir / 'checkpoints/last/policy'}")
-    if "best/held_out_success" in final:  # an earlier evaluation beat the last policy's
-        print(
-            f"best: iteration {int(final['best/iteration'])}, success {final['best/success']:.1%} on the "
-            f"evaluation episodes, {final['best/held_out_success']:.1%} on {cfg.train.eval_episodes} "
-            f"held-out ones; checkpoint: {run_dir / 'checkpoints/best/policy'}"
-        )
+    _print_best(final, "iteration", cfg.train.eval_episodes, run_dir)
     videos = f"; videos: {run_dir / 'videos'}" if cfg.train.videos else ""
     print(f"learning curve: {run_dir / 'learning_curve.png'}{videos}")
 
@@ -113,6 +108,17 @@ def cmd_sft(args: argparse.Namespace) -> None:
         f"over {summary['episodes']} episodes"
     )
     print(f"checkpoint: {run_dir / 'checkpoints/last/policy'} (use it with policy.init_from=...)")
+    _print_best(summary, "step", cfg.sft.eval_episodes, run_dir)
+
+
+def _print_best(final: dict, counted: str, episodes: int, run_dir) -> None:
+    """The best checkpoint's line, when an earlier evaluation than the last one beat it."""
+    if "best/held_out_success" in final:
+        print(
+            f"best: {counted} {int(final['best/iteration'])}, success {final['best/success']:.1%} on the "
+            f"evaluation episodes, {final['best/held_out_success']:.1%} on {episodes} held-out ones; "
+            f"checkpoint: {run_dir / 'checkpoints/best/policy'}"
+        )
 
 
 def cmd_collect(args: argparse.Namespace) -> None:

@@ -10,20 +10,28 @@ final evaluation (which no choice biased).
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from pathlib import Path
 
-from embodrl.train.checkpointing import INFO_FILE, save_checkpoint
+from embodrl.policies.registry import load_policy
+from embodrl.train.checkpointing import INFO_FILE, POLICY_DIR, save_checkpoint
+from embodrl.train.episodes import EpisodeResults
+from embodrl.train.evaluation import summarize
 
 BEST = "checkpoints/best"
 BEST_EVAL_FILE = "best_eval.json"
 
+log = logging.getLogger(__name__)
+
 
 class BestCheckpoint:
     """Keeps `run_dir/checkpoints/best` (policy/ + info.json) at the best evaluation so far: highest
-    success, then highest return. A resumed run continues from the best already on disk."""
+    success, then highest return. A resumed run continues from the best already on disk. `iteration`
+    counts what the run counts: RL iterations, SFT steps."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.directory = run_dir / BEST
+        self.run_dir, self.directory = run_dir, run_dir / BEST
         info = self.directory / INFO_FILE
         self.info: dict | None = json.loads(info.read_text()) if info.is_file() else None
 
@@ -40,3 +48,40 @@ class BestCheckpoint:
         save_checkpoint(self.directory, policy, info=info)
         self.info = info
         return True
+
+    def evaluate_held_out(
+        self,
+        last_iteration: int,
+        episodes: int,
+        num_init_states: int,
+        play: Callable[[object, int], EpisodeResults],
+        device: str,
+    ) -> dict[str, float]:
+        """When the best is not the last policy: `play(policy, first_state_id)` it on the `episodes` initial
+        states after the evaluation's, which chose nothing, and write best_eval.json. Returns best/*
+        metrics for the run's summary."""
+        summary = {"best/iteration": float(self.iteration), "best/success": self.info["eval/success"]}
+        if self.iteration == last_iteration:
+            return summary
+        if 2 * episodes > num_init_states:
+            log.warning(
+                "no held-out evaluation of the best checkpoint: the env has %d initial states and the "
+                "evaluation's %d episodes use half of them or more",
+                num_init_states,
+                episodes,
+            )
+            return summary
+        policy = load_policy(self.directory / POLICY_DIR, device=device)
+        held_out = summarize(play(policy, episodes))
+        report = {
+            "iteration": self.iteration,
+            "checkpoint": str(self.directory / POLICY_DIR),
+            "chosen_on": {
+                "first_state_id": 0,
+                "episodes": episodes,
+                "success_rate": self.info["eval/success"],
+            },
+            "held_out": {"first_state_id": episodes, **held_out},
+        }
+        (self.run_dir / BEST_EVAL_FILE).write_text(json.dumps(report, indent=2))
+        return {**summary, "best/held_out_success": held_out["success_rate"]}

@@ -63,6 +63,7 @@ class SFTConfig:
     eval_episodes: int = 50
     videos: int = 2  # episodes of the final evaluation saved as mp4 in <run>/videos; 0: none
     save_every: int = 1000
+    keep_best: bool = True  # checkpoints/best and its held-out evaluation, as train.keep_best
     num_workers: int = 0  # DataLoader worker processes
 
     def __post_init__(self) -> None:

@@ -30,9 +30,9 @@ from embodrl.policies.lora_config import GROUPS
 from embodrl.policies.registry import load_policy, make_policy
 from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
-from embodrl.train.best import BEST_EVAL_FILE, BestCheckpoint
-from embodrl.train.checkpointing import POLICY_DIR, restore_checkpoint, rng_state, save_checkpoint
-from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
+from embodrl.train.best import BestCheckpoint
+from embodrl.train.checkpointing import restore_checkpoint, rng_state, save_checkpoint
+from embodrl.train.evaluation import eval_metrics, evaluate_policy
 from embodrl.train.logger import MetricsLogger, plot_learning_curve, wandb_target
 from embodrl.train.memory import estimate_policy_memory
 
@@ -225,37 +225,14 @@ class OnPolicyRunner:
         if self.best is None:
             return final
         self.best.consider(self.iteration, final, self._full_policy())
-        return {**final, **self._evaluate_best_held_out()}
-
-    def _evaluate_best_held_out(self) -> dict[str, float]:
-        """An earlier best than the last policy: play it on the next eval_episodes initial states, which
-        chose nothing, and write best_eval.json. Returns best/* metrics for the summary line."""
-        best, episodes = self.best, self.cfg.train.eval_episodes
-        summary = {"best/iteration": float(best.iteration), "best/success": best.info["eval/success"]}
-        if best.iteration == self.iteration:
-            return summary
-        if 2 * episodes > self.env.num_init_states:
-            log.warning(
-                "no held-out evaluation of the best checkpoint: the env has %d initial states and "
-                "train.eval_episodes=%d uses half of them or more",
-                self.env.num_init_states,
-                episodes,
-            )
-            return summary
-        policy = load_policy(best.directory / POLICY_DIR, device=self.cfg.device)
-        held_out = summarize(self._play(policy, first_state_id=episodes))
-        report = {
-            "iteration": best.iteration,
-            "checkpoint": str(best.directory / POLICY_DIR),
-            "chosen_on": {
-                "first_state_id": 0,
-                "episodes": episodes,
-                "success_rate": best.info["eval/success"],
-            },
-            "held_out": {"first_state_id": episodes, **held_out},
-        }
-        (self.run_dir / BEST_EVAL_FILE).write_text(json.dumps(report, indent=2))
-        return {**summary, "best/held_out_success": held_out["success_rate"]}
+        held_out = self.best.evaluate_held_out(
+            self.iteration,
+            self.cfg.train.eval_episodes,
+            self.env.num_init_states,
+            lambda policy, first_state_id: self._play(policy, first_state_id=first_state_id),
+            self.cfg.device,
+        )
+        return {**final, **held_out}
 
     def _iterate(self) -> dict[str, float]:
         start = time.perf_counter()

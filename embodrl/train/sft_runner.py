@@ -18,6 +18,7 @@ from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.engine.distributed import launched_by_torchrun
 from embodrl.errors import UserError
 from embodrl.sims.registry import make_env
+from embodrl.train.best import BestCheckpoint
 from embodrl.train.checkpointing import restore_checkpoint, rng_state, save_checkpoint
 from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
 from embodrl.train.logger import MetricsLogger, wandb_target
@@ -90,6 +91,7 @@ class SFTRunner:
             self.optimizer, warmup_cosine(sft.warmup_steps, sft.steps)
         )
         self.step = 0
+        self.best = BestCheckpoint(run_dir) if sft.keep_best else None
         if resume:
             self._restore(run_dir / LAST)
 
@@ -140,6 +142,8 @@ class SFTRunner:
                 if sft.eval_every and self.step % sft.eval_every == 0:
                     results = evaluate_policy(self.policy, self.env, sft.eval_episodes, seed=self.cfg.seed)
                     metrics.update(eval_metrics(results))
+                    if self.best is not None:
+                        self.best.consider(self.step, metrics, self.policy)
                 if metrics:
                     logger.log(self.step, metrics)
                 else:
@@ -160,7 +164,19 @@ class SFTRunner:
         )
         summary = {"samples": self.num_samples, "steps": self.step, **summarize(results)}
         (self.run_dir / "final_eval.json").write_text(json.dumps(summary, indent=2))
-        return summary
+        if self.best is None:
+            return summary
+        self.best.consider(self.step, eval_metrics(results), self.policy)
+        held_out = self.best.evaluate_held_out(
+            self.step,
+            sft.eval_episodes,
+            self.env.num_init_states,
+            lambda policy, first: evaluate_policy(
+                policy, self.env, sft.eval_episodes, seed=self.cfg.seed, first_state_id=first
+            ),
+            self.cfg.device,
+        )
+        return {**summary, **held_out}
 
     def save(self) -> Path:
         state = {

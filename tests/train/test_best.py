@@ -7,11 +7,14 @@ import json
 
 import torch
 
-from embodrl.config import make_run_dir
+from embodrl.config import compose, make_run_dir
+from embodrl.data.collect import CollectConfig, collect_demos
 from embodrl.policies.registry import load_policy
 from embodrl.sims.registry import make_env
+from embodrl.train import sft_runner
 from embodrl.train.best import BEST, BEST_EVAL_FILE, BestCheckpoint
 from embodrl.train.rl_runner import OnPolicyRunner
+from embodrl.train.sft_runner import SFTRunner
 from tests.engine.helpers import make_policy
 from tests.pendulum import pendulum
 
@@ -88,3 +91,46 @@ def test_a_last_policy_that_is_best_needs_no_held_out_run_and_keep_best_false_ke
     runner = OnPolicyRunner(cfg, make_run_dir(cfg))
     final = runner.learn()
     assert "best/iteration" not in final and not (runner.run_dir / BEST).exists()
+
+
+def test_sft_keeps_its_best_step_and_evaluates_it_on_held_out_states(tmp_path, monkeypatch):
+    data = tmp_path / "demos"
+    cfg = compose(
+        None,
+        [
+            "policy=flow_state",
+            "env.task=reach",
+            "env.num_envs=3",
+            "env.max_episode_steps=20",
+            f"sft.dataset={data}",
+            "sft.steps=6",
+            "sft.batch_size=16",
+            "sft.eval_every=2",
+            "sft.eval_episodes=3",
+            "sft.videos=0",
+            "train.tensorboard=false",
+            f"run_root={tmp_path}",
+        ],
+    )
+    collect_demos(cfg.env, data, CollectConfig(episodes_per_task=1), progress=False)
+    scores = iter([0.1, 0.9, 0.1, 0.1])  # steps 2, 4, 6 and the final evaluation: step 4 is the best
+    monkeypatch.setattr(
+        sft_runner, "eval_metrics", lambda results: {"eval/success": next(scores), "eval/return": 0}
+    )
+    first_states = []
+    real_evaluate = sft_runner.evaluate_policy
+
+    def recording_evaluate(*args, first_state_id=0, **kwargs):
+        first_states.append(first_state_id)
+        return real_evaluate(*args, first_state_id=first_state_id, **kwargs)
+
+    monkeypatch.setattr(sft_runner, "evaluate_policy", recording_evaluate)
+    runner = SFTRunner(cfg, make_run_dir(cfg))
+    summary = runner.learn()
+    assert summary["best/iteration"] == 4.0 and summary["best/success"] == 0.9
+    assert first_states == [0, 0, 0, 0, 3]  # 3 periodic, the final, then the held-out states 3..5
+    report = json.loads((runner.run_dir / BEST_EVAL_FILE).read_text())
+    assert (
+        report["held_out"]["episodes"] == 3
+        and summary["best/held_out_success"] == report["held_out"]["success_rate"]
+    )
