@@ -116,7 +116,8 @@ def _print_best(final: dict, counted: str, episodes: int, run_dir) -> None:
     if "best/held_out_success" in final:
         print(
             f"best: {counted} {int(final['best/iteration'])}, success {final['best/success']:.1%} on the "
-            f"evaluation episodes, {final['best/held_out_success']:.1%} on {episodes} held-out ones; "
+            f"evaluation episodes; on {episodes} held-out ones: best {final['best/held_out_success']:.1%}, "
+            f"last {final['best/last_held_out_success']:.1%}; "
             f"checkpoint: {run_dir / 'checkpoints/best/policy'}"
         )
 

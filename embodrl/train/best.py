@@ -2,9 +2,9 @@
 
 RL curves are noisy and a policy can get worse late in a run, so the last weights are not always the ones
 to deploy. The best is chosen on the evaluation episodes (initial states 0..E-1), so its score there is
-optimistic: a maximum over many evaluations with sampling noise. The runner therefore plays the best
-policy once more on E held-out initial states (E..2E-1), a fair figure to set beside the last policy's
-final evaluation (which no choice biased).
+optimistic: a maximum over many evaluations with sampling noise. When the best is not the last policy,
+the runner therefore plays both once more on E held-out initial states (E..2E-1): fair figures, on the
+same states, for choosing which one to deploy.
 """
 
 from __future__ import annotations
@@ -52,14 +52,15 @@ class BestCheckpoint:
     def evaluate_held_out(
         self,
         last_iteration: int,
+        last_policy_dir: Path,
         episodes: int,
         num_init_states: int,
         play: Callable[[object, int], EpisodeResults],
         device: str,
     ) -> dict[str, float]:
-        """When the best is not the last policy: `play(policy, first_state_id)` it on the `episodes` initial
-        states after the evaluation's, which chose nothing, and write best_eval.json. Returns best/*
-        metrics for the run's summary."""
+        """When the best is not the last policy (saved in `last_policy_dir`): `play(policy, first_state_id)`
+        both on the `episodes` initial states after the evaluation's, which chose nothing, and write
+        best_eval.json. Returns best/* metrics for the run's summary."""
         summary = {"best/iteration": float(self.iteration), "best/success": self.info["eval/success"]}
         if self.iteration == last_iteration:
             return summary
@@ -71,10 +72,13 @@ class BestCheckpoint:
                 episodes,
             )
             return summary
-        policy = load_policy(self.directory / POLICY_DIR, device=device)
-        held_out = summarize(play(policy, episodes))
+        held_out = {
+            name: summarize(play(load_policy(directory, device=device), episodes))
+            for name, directory in (("best", self.directory / POLICY_DIR), ("last", last_policy_dir))
+        }
         report = {
             "iteration": self.iteration,
+            "last_iteration": last_iteration,
             "checkpoint": str(self.directory / POLICY_DIR),
             "chosen_on": {
                 "first_state_id": 0,
@@ -84,4 +88,8 @@ class BestCheckpoint:
             "held_out": {"first_state_id": episodes, **held_out},
         }
         (self.run_dir / BEST_EVAL_FILE).write_text(json.dumps(report, indent=2))
-        return {**summary, "best/held_out_success": held_out["success_rate"]}
+        return {
+            **summary,
+            "best/held_out_success": held_out["best"]["success_rate"],
+            "best/last_held_out_success": held_out["last"]["success_rate"],
+        }

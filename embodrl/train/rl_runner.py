@@ -31,7 +31,7 @@ from embodrl.policies.registry import load_policy, make_policy
 from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
-from embodrl.train.checkpointing import restore_checkpoint, rng_state, save_checkpoint
+from embodrl.train.checkpointing import POLICY_DIR, restore_checkpoint, rng_state, save_checkpoint
 from embodrl.train.evaluation import eval_metrics, evaluate_policy
 from embodrl.train.logger import MetricsLogger, plot_learning_curve, wandb_target
 from embodrl.train.memory import estimate_policy_memory
@@ -227,6 +227,7 @@ class OnPolicyRunner:
         self.best.consider(self.iteration, final, self._full_policy())
         held_out = self.best.evaluate_held_out(
             self.iteration,
+            self.run_dir / LAST / POLICY_DIR,
             self.cfg.train.eval_episodes,
             self.env.num_init_states,
             lambda policy, first_state_id: self._play(policy, first_state_id=first_state_id),

@@ -19,7 +19,7 @@ from embodrl.engine.distributed import launched_by_torchrun
 from embodrl.errors import UserError
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
-from embodrl.train.checkpointing import restore_checkpoint, rng_state, save_checkpoint
+from embodrl.train.checkpointing import POLICY_DIR, restore_checkpoint, rng_state, save_checkpoint
 from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
 from embodrl.train.logger import MetricsLogger, wandb_target
 from embodrl.train.memory import estimate_policy_memory
@@ -169,6 +169,7 @@ class SFTRunner:
         self.best.consider(self.step, eval_metrics(results), self.policy)
         held_out = self.best.evaluate_held_out(
             self.step,
+            self.run_dir / LAST / POLICY_DIR,
             sft.eval_episodes,
             self.env.num_init_states,
             lambda policy, first: evaluate_policy(

@@ -71,11 +71,15 @@ def test_an_earlier_best_is_kept_and_evaluated_on_held_out_states(tmp_path):
     best = load_policy(runner.run_dir / BEST / "policy")
     assert all(torch.equal(best.state_dict()[k], v) for k, v in snapshots[2].items())
     assert not all(torch.equal(best.state_dict()[k], v) for k, v in snapshots[4].items())
-    assert played_from == [3]  # the 3 states after the 3 evaluation states
+    assert played_from == [3, 3]  # best and last, on the 3 states after the 3 evaluation states
     report = json.loads((runner.run_dir / BEST_EVAL_FILE).read_text())
     assert report["iteration"] == 2 and report["chosen_on"]["success_rate"] == 0.9
-    assert report["held_out"]["first_state_id"] == 3 and report["held_out"]["episodes"] == 3
-    assert final["best/held_out_success"] == report["held_out"]["success_rate"]
+    held_out = report["held_out"]
+    assert (
+        held_out["first_state_id"] == 3 and held_out["best"]["episodes"] == held_out["last"]["episodes"] == 3
+    )
+    assert final["best/held_out_success"] == held_out["best"]["success_rate"]
+    assert final["best/last_held_out_success"] == held_out["last"]["success_rate"]
 
 
 def test_a_last_policy_that_is_best_needs_no_held_out_run_and_keep_best_false_keeps_none(tmp_path):
@@ -128,9 +132,7 @@ def test_sft_keeps_its_best_step_and_evaluates_it_on_held_out_states(tmp_path, m
     runner = SFTRunner(cfg, make_run_dir(cfg))
     summary = runner.learn()
     assert summary["best/iteration"] == 4.0 and summary["best/success"] == 0.9
-    assert first_states == [0, 0, 0, 0, 3]  # 3 periodic, the final, then the held-out states 3..5
+    assert first_states == [0, 0, 0, 0, 3, 3]  # 3 periodic, the final, then best and last on states 3..5
     report = json.loads((runner.run_dir / BEST_EVAL_FILE).read_text())
-    assert (
-        report["held_out"]["episodes"] == 3
-        and summary["best/held_out_success"] == report["held_out"]["success_rate"]
-    )
+    assert report["held_out"]["best"]["episodes"] == 3 and report["last_iteration"] == 6
+    assert summary["best/held_out_success"] == report["held_out"]["best"]["success_rate"]
