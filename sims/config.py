@@ -39,6 +39,7 @@ class EnvConfig:
 
     def __post_init__(self) -> None:
         check_positive("env.num_envs", self.num_envs)
+        check_positive("env.seed", self.seed, allow_zero=True)  # seeds numpy streams, which take no negatives
         check_positive("env.max_episode_steps", self.max_episode_steps)
         check_positive("env.num_threads", self.num_threads, allow_zero=True)
         check_choice("env.obs_mode", self.obs_mode, OBS_MODES)

@@ -104,6 +104,7 @@ class TabletopEnv(VecEnv):
         self._goal_slot = np.zeros(n, dtype=np.int64)
         self._steps = np.zeros(n, dtype=np.int64)
         self._progress = np.zeros(n)
+        self._state_id = np.zeros(n, dtype=np.int64)  # the initial state each env's episode started from
         self._rng = np.random.default_rng(cfg.seed)
         self._cube_xyz = self.idx.cube_qpos[:, None] + np.arange(3)  # [colors, 3] qpos addresses
         self._mocap_of = np.concatenate(
@@ -156,6 +157,20 @@ class TabletopEnv(VecEnv):
     def _draw_state_ids(self, n: int) -> np.ndarray:
         return self._rng.integers(NUM_INIT_STATES, size=n)
 
+    def _next_state_ids(self, env_ids: np.ndarray) -> np.ndarray:
+        """Where finished envs auto-reset to: a function of env i's own seed (env.seed + i, which stage
+        configs keep) and the state its episode began from, as a gymnasium env reset with a seed continues
+        that seed's stream. So a rollout is fixed by its reset_to ids alone: exact resume, and the same
+        episodes whatever the split of the envs into stages."""
+        seeds = self.cfg.seed + env_ids
+        return np.array(
+            [
+                np.random.default_rng([int(seed), int(self._state_id[i])]).integers(NUM_INIT_STATES)
+                for i, seed in zip(env_ids, seeds, strict=True)
+            ],
+            dtype=np.int64,
+        )
+
     def _layout(self, state_id: int) -> tuple[Layout, np.ndarray]:
         """Layout and the arm's start joints for a state id (cached: the IK solve is the costly part)."""
         if state_id not in self._layout_cache:
@@ -192,6 +207,7 @@ class TabletopEnv(VecEnv):
         p, idx = self.physics, self.idx
         p.reset(env_ids)
         for i, sid in zip(env_ids, state_ids, strict=True):
+            self._state_id[i] = sid
             layout, arm_q = self._layout(int(sid))
             entry = self._table[layout.instruction]
             spec = TASKS[entry.task]
@@ -353,7 +369,7 @@ class TabletopEnv(VecEnv):
             final_obs[ended] = last
         finished = np.flatnonzero(done)
         if finished.size:
-            self._reset_envs(finished, self._draw_state_ids(finished.size))
+            self._reset_envs(finished, self._next_state_ids(finished))
             obs[torch.from_numpy(finished)] = self._observe(finished)
         return StepResult.build(
             obs=obs,

@@ -64,6 +64,27 @@ def test_auto_reset_returns_final_obs_and_new_episode():
     assert (env._steps == 0).all()
 
 
+def test_auto_reset_states_follow_from_the_reset_to_ids_whatever_the_history_or_stage_split():
+    """What a finished env starts next depends on its own seed and its episode's initial state only: a
+    rollout is fixed by its reset_to ids (exact resume; the same episodes under any K stages)."""
+    whole = _env(task="pick", max_episode_steps=3)
+    halves = [_env(task="pick", max_episode_steps=3, num_envs=2, seed=s) for s in (0, 2)]  # as stages
+    for _ in range(4):  # history: other episodes, other auto-resets
+        whole.step(torch.rand(4, 2, 7) * 2 - 1)
+    ids = torch.tensor([11, 12, 11, 99_999])
+    whole.reset_to(ids)
+    for half, part in zip(halves, ids.split(2), strict=True):
+        half.reset_to(part)
+    hold = torch.zeros(4, 2, 7)
+    for _ in range(2):
+        res = whole.step(hold)
+        parts = [half.step(hold[2 * k : 2 * k + 2]) for k, half in enumerate(halves)]
+    assert res.truncated.all()
+    joined = torch.cat([p.obs["privileged"] for p in parts])
+    assert torch.equal(res.obs["privileged"], joined)
+    assert not torch.equal(res.obs["privileged"][0], res.obs["privileged"][2])  # env seeds differ
+
+
 def test_expert_success_terminates_with_sparse_reward_one():
     env = _env(task="reach")
     env.reset(seed=1)
