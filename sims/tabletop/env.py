@@ -162,11 +162,12 @@ class TabletopEnv(VecEnv):
         configs keep) and the state its episode began from, as a gymnasium env reset with a seed continues
         that seed's stream. So a rollout is fixed by its reset_to ids alone: exact resume, and the same
         episodes whatever the split of the envs into stages."""
-        seeds = self.cfg.seed + env_ids
         return np.array(
             [
-                np.random.default_rng([int(seed), int(self._state_id[i])]).integers(NUM_INIT_STATES)
-                for i, seed in zip(env_ids, seeds, strict=True)
+                np.random.default_rng([self.cfg.seed + int(i), int(self._state_id[i])]).integers(
+                    NUM_INIT_STATES
+                )
+                for i in env_ids
             ],
             dtype=np.int64,
         )

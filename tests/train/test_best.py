@@ -43,9 +43,8 @@ def test_the_best_is_replaced_only_by_a_higher_success_then_return_and_is_read_b
     assert resumed.iteration == 2
     loaded = load_policy(tmp_path / BEST / "policy")
     assert all(torch.equal(loaded.state_dict()[k], v) for k, v in saved.items())
-    assert resumed.consider(
-        8, {"eval/success": 0.5, "eval/return": 11.0}, policy
-    )  # same success, more return
+    more_return = {"eval/success": 0.5, "eval/return": 11.0}  # the same success
+    assert resumed.consider(8, more_return, policy)
     assert BestCheckpoint(tmp_path).iteration == 8
 
 
