@@ -151,6 +151,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     cfg = compose(str(saved) if saved else None, args.overrides)
     policy = load_policy(checkpoint, device=cfg.device)
     out = Path(args.out) if args.out else checkpoint / "eval"
+    if args.demos:
+        _replay_demos(args, cfg, policy, out)
+        return
     # the run's evaluation envs: with its seed, the same episodes get the same noise as in the run
     env_cfg = dataclasses.replace(cfg.env, num_envs=cfg.train.eval_envs or cfg.env.num_envs)
     with make_env(env_cfg, device=cfg.device) as env:
@@ -176,6 +179,33 @@ def cmd_eval(args: argparse.Namespace) -> None:
     for text, rate in summary["per_instruction"].items():
         print(f"  {rate:6.1%}  {text}")
     print(f"outputs: {out}")
+
+
+def _replay_demos(args: argparse.Namespace, cfg, policy, out) -> None:
+    import dataclasses
+    import json
+
+    from embodrl.data.lerobot_dataset import LeRobotDataset
+    from embodrl.sims.registry import make_env
+    from embodrl.train.demo_replay import replay_demos, replayable_episodes
+
+    dataset = LeRobotDataset(args.demos)
+    episodes = replayable_episodes(dataset, cfg.env.task)[: args.episodes]
+    env_cfg = dataclasses.replace(cfg.env, num_envs=min(len(episodes), cfg.env.num_envs))
+    with make_env(env_cfg, device=cfg.device) as env:
+        report = replay_demos(policy, env, dataset, episodes, seed=cfg.seed)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "demo_replay.json").write_text(json.dumps(report.as_dict(), indent=2))
+    print(
+        f"replayed {report.episodes} demos ({report.steps} steps); mean |action - demo action|: "
+        f"{report.error_on_env_obs:.4f} on the env's observations, {report.error_on_dataset_frames:.4f} on "
+        f"the recorded frames (difference between the two actions {report.env_vs_dataset_action_gap:.4f})"
+    )
+    if report.camera_difference is not None:
+        print(f"  renders vs recorded frames: {report.camera_difference:.2f}/255 mean absolute difference")
+    if report.max_state_drift is not None:
+        print(f"  largest state drift of the replays from the recorded states: {report.max_state_drift:.4g}")
+    print(f"outputs: {out / 'demo_replay.json'}")
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
@@ -334,6 +364,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--stochastic", action="store_true", help="sample actions instead of the deterministic mode"
+    )
+    p.add_argument(
+        "--demos",
+        metavar="DATASET",
+        help="instead of playing episodes, replay the demos of DATASET (a folder from `embodrl collect`) "
+        "from their recorded initial states and report the policy's action error against theirs, on the "
+        "env's observations and on the recorded frames: equal errors rule out a sim/data mismatch, so a "
+        "policy that fits its demos but fails in closed loop drifts off them (--episodes caps the demos)",
     )
     p.add_argument("--out", help="output folder (default CHECKPOINT/eval)")
     p.set_defaults(func=cmd_eval)

@@ -115,3 +115,12 @@ def test_collect_sft_eval_chain(tmp_path, capsys):
         main(["eval", str(checkpoint), "--episodes", "1", "--first-state", "4", "--out", str(shifted)]) == 0
     )
     assert (shifted / video).read_bytes() != (run_dir / video).read_bytes()
+    # --demos replays the collected demos in the env: exact replays, so the policy sees the same inputs
+    # there as in the dataset and its actions are the same
+    replayed = ["eval", str(checkpoint), "--demos", str(data), "--episodes", "3", "--out", str(shifted)]
+    assert main(replayed) == 0
+    report = json.loads((shifted / "demo_replay.json").read_text())
+    assert report["episodes"] == 3 and report["steps"] > 3 and report["max_state_drift"] == 0.0
+    assert report["error_on_env_obs"] == report["error_on_dataset_frames"] > 0.0
+    assert report["env_vs_dataset_action_gap"] == 0.0 and report["camera_difference"] is None
+    assert "on the recorded frames" in capsys.readouterr().out

@@ -90,12 +90,15 @@ def collect_episodes(
     num_episodes: int,
     cfg: CollectConfig,
     bar: tqdm | None = None,
+    env_task: str = "",
 ) -> tuple[int, int]:
     """Run the env's scripted expert (`env.expert_actions()` [N, A]) until `num_episodes` succeed.
 
     Attempt k starts from initial state `cfg.first_state_id + k`; failed episodes are dropped. Returns
-    (kept, failed). Each env holds at most one attempt; no attempt starts once the ones in flight
-    could complete the quota, so the kept set does not depend on how many envs run in parallel.
+    (kept, failed). Each kept episode records its initial state id and `env_task` (the task the env was
+    built for, which the ids index) in meta/episodes, so `embodrl eval --demos` can replay it. Each env
+    holds at most one attempt; no attempt starts once the ones in flight could complete the quota, so
+    the kept set does not depend on how many envs run in parallel.
     """
     if not hasattr(env, "expert_actions"):
         raise UserError(f"{type(env).__name__} has no scripted expert (expert_actions); collect needs one")
@@ -150,7 +153,10 @@ def collect_episodes(
 
     def end_attempt(i: int, episode: int, success: bool) -> None:
         if success:
-            writer.add_episode({k: np.stack(v) for k, v in buffers[i].items()}, tasks[i])
+            data = {k: np.stack(v) for k, v in buffers[i].items()}
+            writer.add_episode(
+                data, tasks[i], {"init_state_id": cfg.first_state_id + episode, "env_task": env_task}
+            )
             counts["kept"] += 1
             if bar is not None:
                 bar.update(1)
@@ -202,7 +208,7 @@ def collect_demos(
                     out_dir, cfg.fps, dataset_features(env), env_cfg.suite, cfg.video
                 )
             bar.set_description(f"demos {task or env_cfg.suite}")
-            kept, failed = collect_episodes(env, writer, cfg.episodes_per_task, cfg, bar)
+            kept, failed = collect_episodes(env, writer, cfg.episodes_per_task, cfg, bar, task or "")
         stats.per_task[task or env_cfg.suite] = (kept, failed)
         stats.episodes += kept
         stats.failures += failed

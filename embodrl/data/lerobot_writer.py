@@ -20,6 +20,9 @@ from embodrl.data import lerobot_format as fmt
 from embodrl.data.video import VideoConfig, concat_videos, encode_video
 from embodrl.errors import UserError
 
+# Columns of meta/episodes that LeRobot defines (besides the data/, videos/, meta/ and stats/ groups).
+EPISODE_COLUMNS = ("episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index")
+
 
 class LeRobotDatasetWriter:
     """Builds a LeRobotDataset v3.0 folder at `root` from frames or whole episodes.
@@ -107,12 +110,23 @@ class LeRobotDatasetWriter:
         self._buffer = {k: [] for k in self.features}
         return self.add_episode(data, task)
 
-    def add_episode(self, data: dict, task: str) -> int:
-        """Write a whole episode {feature: values [T, *shape]} with instruction `task`; returns its index."""
+    def add_episode(self, data: dict, task: str, info: dict[str, int | float | str] | None = None) -> int:
+        """Write a whole episode {feature: values [T, *shape]} with instruction `task`; returns its index.
+
+        `info`: extra per-episode columns of meta/episodes (e.g. the simulator's initial state id),
+        which LeRobot readers ignore and `LeRobotDataset.episodes` returns."""
         self._check_open()
         self._check_keys(data)
         if not isinstance(task, str) or not task:
             raise UserError(f"an episode needs a non-empty task string, got {task!r}")
+        info = dict(info or {})
+        allowed = (int, float, str)
+        bad = [k for k, v in info.items() if "/" in k or k in EPISODE_COLUMNS or not isinstance(v, allowed)]
+        if bad:
+            raise UserError(
+                f"episode info keys {bad} clash with LeRobot's episode columns or hold a value that is not "
+                "an int, float or str"
+            )
         lengths = {k: (np.shape(v) or (0,))[0] for k, v in data.items()}
         length = next(iter(lengths.values()))
         if length == 0 or any(n != length for n in lengths.values()):
@@ -120,14 +134,14 @@ class LeRobotDatasetWriter:
                 f"every feature of an episode needs the same number (> 0) of frames, got {lengths}"
             )
         data = {k: self._as_array(k, v, (length,)) for k, v in data.items()}
-        return self._write_episode(data, task, length)
+        return self._write_episode(data, task, length, info)
 
     def _check_open(self) -> None:
         if self._finalized:
             raise UserError(f"the dataset at {self.root} is finalized; open a new writer to add episodes")
 
     # ---- output --------------------------------------------------------------------------------------
-    def _write_episode(self, data: dict[str, np.ndarray], task: str, length: int) -> int:
+    def _write_episode(self, data: dict[str, np.ndarray], task: str, length: int, info: dict) -> int:
         episode = self.num_episodes
         if task not in self.tasks:
             self.tasks.append(task)
@@ -148,6 +162,7 @@ class LeRobotDatasetWriter:
             "data/file_index": loc["file_index"],
             "dataset_from_index": self.num_frames,
             "dataset_to_index": self.num_frames + length,
+            **info,
         }
         stats = {k: fmt.feature_stats(data[k].reshape(length, *ft["shape"])) for k, ft in numeric.items()}
         for key, frames in videos.items():

@@ -31,6 +31,9 @@ def test_collects_successes_with_clean_labels_and_drops_failures(tmp_path):
     assert set(ds.features) >= {"observation.state", "observation.images.main", "action"}
     starts = sorted(int(ds.episode(e)["observation.state"][0, 0]) for e in range(8))
     assert starts == [10, 11, 12, 13, 15, 16, 17, 18]
+    # each episode records the initial state it started from (the counting env's state starts at its id)
+    recorded = [int(ds.episode(e)["observation.state"][0, 0]) for e in range(8)]
+    assert ds.episodes["init_state_id"] == recorded and ds.episodes["env_task"] == [""] * 8
     for e in range(8):
         ep = ds.episode(e)
         state_id = int(ep["observation.state"][0, 0])
@@ -86,3 +89,4 @@ def test_collects_every_tabletop_task_into_one_dataset(tmp_path):
     assert ds.features["action"]["shape"] == [7]
     assert {"observation.state", "observation.environment_state"} <= set(ds.features)
     assert len(ds.tasks) >= 6
+    assert sorted(set(ds.episodes["env_task"])) == sorted(stats.per_task)  # the env each id indexes
