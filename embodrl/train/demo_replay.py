@@ -20,6 +20,7 @@ from embodrl.errors import UserError
 from embodrl.policies.base import Policy
 from embodrl.policies.config import IMAGE_KEYS
 from embodrl.sims.base import VecEnv
+from embodrl.train.evaluation import seeded_torch_rng
 
 
 @dataclass
@@ -58,12 +59,11 @@ def replayable_episodes(dataset: LeRobotDataset, env_task: str | None) -> list[i
     return episodes
 
 
-def _seeded_actions(policy: Policy, obs, seed: int) -> torch.Tensor:
+def _seeded_actions(policy: Policy, obs, seed: int, device: torch.device) -> torch.Tensor:
     """The deterministic action chunk [n, C, A] on the CPU, drawn under `seed`: flow and diffusion heads draw
-    their initial noise even when deterministic, and the same draw for the env's and the dataset's
-    observations keeps it from counting as an observation difference."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    their initial noise even when deterministic (on the policy's device), and the same draw for the env's
+    and the dataset's observations keeps it from counting as an observation difference."""
+    with seeded_torch_rng(seed, device):
         return policy.act(obs, deterministic=True).actions.cpu()
 
 
@@ -99,8 +99,8 @@ def replay_demos(
             alive = [i for i, (start, stop) in enumerate(ranges) if start + t < stop]
             recorded = collate_chunks([chunks[ranges[i][0] + t] for i in alive])
             live = obs[torch.tensor(alive, device=obs.device)].to(device)
-            on_env = _seeded_actions(policy, live, seed + steps)
-            on_dataset = _seeded_actions(policy, recorded.to(device), seed + steps)
+            on_env = _seeded_actions(policy, live, seed + steps, device)
+            on_dataset = _seeded_actions(policy, recorded.to(device), seed + steps, device)
             real = ~recorded["action_is_pad"][:, :, None]  # [n, C, 1]: steps inside the episode
             demo = recorded["action"]
             sums["env"] += ((on_env - demo).abs() * real).sum().item()

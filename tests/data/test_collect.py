@@ -29,11 +29,10 @@ def test_collects_successes_with_clean_labels_and_drops_failures(tmp_path):
     ds = LeRobotDataset(tmp_path / "demos")
     assert ds.num_episodes == 8
     assert set(ds.features) >= {"observation.state", "observation.images.main", "action"}
-    starts = sorted(int(ds.episode(e)["observation.state"][0, 0]) for e in range(8))
-    assert starts == [10, 11, 12, 13, 15, 16, 17, 18]
+    starts = [int(ds.episode(e)["observation.state"][0, 0]) for e in range(8)]
+    assert sorted(starts) == [10, 11, 12, 13, 15, 16, 17, 18]
     # each episode records the initial state it started from (the counting env's state starts at its id)
-    recorded = [int(ds.episode(e)["observation.state"][0, 0]) for e in range(8)]
-    assert ds.episodes["init_state_id"] == recorded and ds.episodes["env_task"] == [""] * 8
+    assert ds.episodes["init_state_id"] == starts and ds.episodes["env_task"] == [""] * 8
     for e in range(8):
         ep = ds.episode(e)
         state_id = int(ep["observation.state"][0, 0])
