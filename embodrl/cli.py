@@ -201,6 +201,8 @@ def _replay_demos(args: argparse.Namespace, cfg, policy, out) -> None:
         f"{report.error_on_env_obs:.4f} on the env's observations, {report.error_on_dataset_frames:.4f} on "
         f"the recorded frames (difference between the two actions {report.env_vs_dataset_action_gap:.4f})"
     )
+    per_dimension = ", ".join(f"{name} {error:.4f}" for name, error in report.error_per_dimension.items())
+    print(f"  per action dimension, on the env's observations: {per_dimension}")
     if report.camera_difference is not None:
         print(f"  renders vs recorded frames: {report.camera_difference:.2f}/255 mean absolute difference")
     if report.max_state_drift is not None:

@@ -123,4 +123,7 @@ def test_collect_sft_eval_chain(tmp_path, capsys):
     assert report["episodes"] == 3 and report["steps"] > 3 and report["max_state_drift"] == 0.0
     assert report["error_on_env_obs"] == report["error_on_dataset_frames"] > 0.0
     assert report["env_vs_dataset_action_gap"] == 0.0 and report["camera_difference"] is None
+    per_dimension = report["error_per_dimension"]
+    assert list(per_dimension)[::6] == ["dx", "gripper"]  # the env's 7-D ee_delta names
+    assert sum(per_dimension.values()) / 7 == pytest.approx(report["error_on_env_obs"])
     assert "on the recorded frames" in capsys.readouterr().out

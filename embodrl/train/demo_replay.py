@@ -33,6 +33,9 @@ class ReplayReport:
     error_on_env_obs: float  # the policy's deterministic chunk against the demo's, on the env's observations
     error_on_dataset_frames: float  # the same on the dataset's recorded observations
     env_vs_dataset_action_gap: float  # |a_env - a_dataset|: what the observation difference alone changes
+    # error_on_env_obs per action dimension, named after the env's action spec (dim_<i> without names):
+    # a policy that tracks the arm yet mistimes the gripper fails where the mean error looks small
+    error_per_dimension: dict[str, float]
     camera_difference: float | None  # mean |render - recorded frame| in 0-255 units; None without cameras
     max_state_drift: float | None  # max |env state - recorded state|: 0 when the replay is exact
 
@@ -87,6 +90,7 @@ def replay_demos(
     )
     cameras = [k for k in keys if k in IMAGE_KEYS]
     sums = {"env": 0.0, "dataset": 0.0, "gap": 0.0, "camera": 0.0}
+    per_dimension = torch.zeros(cfg.action_dim)
     steps, elements, drift = 0, 0, None
     device = next(policy.parameters()).device
     policy.eval()
@@ -103,7 +107,9 @@ def replay_demos(
             on_dataset = _seeded_actions(policy, recorded.to(device), seed + steps, device)
             real = ~recorded["action_is_pad"][:, :, None]  # [n, C, 1]: steps inside the episode
             demo = recorded["action"]
-            sums["env"] += ((on_env - demo).abs() * real).sum().item()
+            env_error = (on_env - demo).abs() * real
+            sums["env"] += env_error.sum().item()
+            per_dimension += env_error.sum(dim=(0, 1))
             sums["dataset"] += ((on_dataset - demo).abs() * real).sum().item()
             sums["gap"] += ((on_env - on_dataset).abs() * real).sum().item()
             elements += real.sum().item() * demo.shape[-1]
@@ -117,12 +123,16 @@ def replay_demos(
             actions = torch.zeros(env.num_envs, 1, env.action_spec.dim)
             actions[torch.tensor(alive), 0] = demo[:, 0]
             obs = env.step(actions.to(env.device)).obs
+    named = env.action_spec.names[: cfg.action_dim]  # a policy may pad actions past the env's dims
+    names = (*named, *(f"dim_{i}" for i in range(len(named), cfg.action_dim)))
+    real_steps = elements / cfg.action_dim
     return ReplayReport(
         episodes=len(episodes),
         steps=steps,
         error_on_env_obs=sums["env"] / elements,
         error_on_dataset_frames=sums["dataset"] / elements,
         env_vs_dataset_action_gap=sums["gap"] / elements,
+        error_per_dimension={n: v / real_steps for n, v in zip(names, per_dimension.tolist(), strict=True)},
         camera_difference=sums["camera"] / steps if cameras else None,
         max_state_drift=drift,
     )
