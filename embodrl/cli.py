@@ -190,14 +190,21 @@ def _replay_demos(args: argparse.Namespace, cfg, policy, out) -> None:
     from embodrl.train.demo_replay import replay_demos, replayable_episodes
 
     dataset = LeRobotDataset(args.demos)
-    episodes = replayable_episodes(dataset, cfg.env.task)[: args.episodes]
+    episodes = [e for e in replayable_episodes(dataset, cfg.env.task) if e >= args.first_demo][
+        : args.episodes
+    ]
+    if not episodes:
+        raise UserError(
+            f"{args.demos} has no episode of env.task={cfg.env.task!r} from episode {args.first_demo} on"
+        )
     env_cfg = dataclasses.replace(cfg.env, num_envs=min(len(episodes), cfg.env.num_envs))
     with make_env(env_cfg, device=cfg.device) as env:
         report = replay_demos(policy, env, dataset, episodes, seed=cfg.seed)
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo_replay.json").write_text(json.dumps(report.as_dict(), indent=2))
     print(
-        f"replayed {report.episodes} demos ({report.steps} steps); mean |action - demo action|: "
+        f"replayed {report.episodes} demos (episodes {episodes[0]}-{episodes[-1]}, {report.steps} steps); "
+        "mean |action - demo action|: "
         f"{report.error_on_env_obs:.4f} on the env's observations, {report.error_on_dataset_frames:.4f} on "
         f"the recorded frames (difference between the two actions {report.env_vs_dataset_action_gap:.4f})"
     )
@@ -374,6 +381,15 @@ def build_parser() -> argparse.ArgumentParser:
         "from their recorded initial states and report the policy's action error against theirs, on the "
         "env's observations and on the recorded frames: equal errors rule out a sim/data mismatch, so a "
         "policy that fits its demos but fails in closed loop drifts off them (--episodes caps the demos)",
+    )
+    p.add_argument(
+        "--first-demo",
+        type=int,
+        default=0,
+        metavar="K",
+        help="with --demos, replay the dataset's episodes from index K on (default 0). A policy trained with "
+        "sft.max_episodes=K never saw them: its error there against its error on demos 0.. measures how "
+        "well it generalizes off its training demos",
     )
     p.add_argument("--out", help="output folder (default CHECKPOINT/eval)")
     p.set_defaults(func=cmd_eval)

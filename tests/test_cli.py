@@ -127,3 +127,10 @@ def test_collect_sft_eval_chain(tmp_path, capsys):
     assert list(per_dimension)[::6] == ["dx", "gripper"]  # the env's 7-D ee_delta names
     assert sum(per_dimension.values()) / 7 == pytest.approx(report["error_on_env_obs"])
     assert "on the recorded frames" in capsys.readouterr().out
+    # --first-demo K replays episodes K.. (those sft.max_episodes=K left out); past the last: an error
+    later = tmp_path / "later"
+    assert main([*replayed[:-1], str(later), "--first-demo", "2"]) == 0
+    assert json.loads((later / "demo_replay.json").read_text())["episodes"] == 2  # episodes 2 and 3 of 4
+    assert "(episodes 2-3," in capsys.readouterr().out
+    assert main([*replayed, "--first-demo", "4"]) == 2
+    assert "from episode 4 on" in capsys.readouterr().err
