@@ -123,12 +123,20 @@ def _print_best(final: dict, counted: str, episodes: int, run_dir) -> None:
 
 
 def cmd_collect(args: argparse.Namespace) -> None:
+    import dataclasses
+
     from embodrl.config import compose
     from embodrl.data.collect import CollectConfig, collect_demos
 
     experiment, overrides = _experiment_and_overrides(args.config)
     cfg = compose(experiment, overrides)
-    collect_cfg = CollectConfig(episodes_per_task=args.episodes_per_task, noise_std=args.noise, seed=cfg.seed)
+    collect_cfg = CollectConfig(
+        episodes_per_task=args.episodes_per_task,
+        noise_std=args.noise,
+        seed=cfg.seed,
+    )
+    if args.first_state is not None:
+        collect_cfg = dataclasses.replace(collect_cfg, first_state_id=args.first_state)
     stats = collect_demos(cfg.env, args.out, collect_cfg)
     print(stats.summary())
 
@@ -334,6 +342,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.0,
         help="DART noise std: odd episodes execute noisy actions, labelled with the clean expert action",
+    )
+    p.add_argument(
+        "--first-state",
+        type=int,
+        help="initial state id of the first attempt (default 50000, far from the states 0.. that evaluations "
+        "play); another value gives demos disjoint from an earlier collection's, e.g. a held-out set",
     )
     p.set_defaults(func=cmd_collect)
 

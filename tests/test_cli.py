@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from embodrl.cli import build_parser, main
+from embodrl.data.lerobot_dataset import LeRobotDataset
 
 COMMANDS = ["envs", "rollout", "train", "collect", "sft", "eval", "serve", "deploy", "convert"]
 
@@ -79,8 +80,12 @@ def test_collect_sft_eval_chain(tmp_path, capsys):
         f"run_root={tmp_path}",
         "policy.obs_keys=[state,privileged]",
     ]
-    assert main(["collect", *common[:2], "--out", str(data), "--episodes-per-task", "4"]) == 0
+    assert (
+        main(["collect", *common[:2], "--out", str(data), "--episodes-per-task", "4", "--first-state", "900"])
+        == 0
+    )
     assert (data / "meta" / "info.json").is_file()
+    assert min(LeRobotDataset(data).episodes["init_state_id"]) in range(900, 904)  # in order of completion
     sft = [
         *common,
         f"sft.dataset={data}",
