@@ -78,7 +78,8 @@ def test_collect_sft_eval_chain(tmp_path, capsys):
         "env.task=reach",
         "env.num_envs=4",
         f"run_root={tmp_path}",
-        "policy.obs_keys=[state,privileged]",
+        "policy.obs_keys=[state]",
+        "policy.value_obs_keys=[state,privileged]",  # a critic key the actor does not read: replays need it
     ]
     assert (
         main(["collect", *common[:2], "--out", str(data), "--episodes-per-task", "4", "--first-state", "900"])
