@@ -123,20 +123,15 @@ def _print_best(final: dict, counted: str, episodes: int, run_dir) -> None:
 
 
 def cmd_collect(args: argparse.Namespace) -> None:
-    import dataclasses
-
     from embodrl.config import compose
     from embodrl.data.collect import CollectConfig, collect_demos
 
     experiment, overrides = _experiment_and_overrides(args.config)
     cfg = compose(experiment, overrides)
+    first_state = {} if args.first_state is None else {"first_state_id": args.first_state}  # else its default
     collect_cfg = CollectConfig(
-        episodes_per_task=args.episodes_per_task,
-        noise_std=args.noise,
-        seed=cfg.seed,
+        episodes_per_task=args.episodes_per_task, noise_std=args.noise, seed=cfg.seed, **first_state
     )
-    if args.first_state is not None:
-        collect_cfg = dataclasses.replace(collect_cfg, first_state_id=args.first_state)
     stats = collect_demos(cfg.env, args.out, collect_cfg)
     print(stats.summary())
 

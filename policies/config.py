@@ -78,15 +78,20 @@ class PolicyConfig:
             raise ConfigError(
                 "policy.obs_keys is empty; list the observation keys the policy reads, e.g. [state]"
             )
-        for key in (*self.obs_keys, *self.value_obs_keys):
+        for key in self.read_keys:
             check_choice("policy.obs_keys entry", key, OBS_KEYS)
-        if "task_id" in (*self.obs_keys, *self.value_obs_keys):
+        if "task_id" in self.read_keys:
             check_positive("policy.num_tasks (needed because task_id is observed)", self.num_tasks)
         if self.train_expert_only and "lora" in (self.lora.vision, self.lora.language):
             raise ConfigError(
                 "policy.train_expert_only freezes the VLM, but policy.lora adapts its vision or language "
                 "group; drop one of the two"
             )
+
+    @property
+    def read_keys(self) -> tuple[str, ...]:
+        """Every observation key the policy reads, actor's then critic's, each once: act() evaluates both."""
+        return tuple(dict.fromkeys((*self.obs_keys, *self.value_obs_keys)))
 
     @property
     def trained_groups(self) -> LoRAConfig:

@@ -79,8 +79,7 @@ def replay_demos(
 ) -> ReplayReport:
     """Replay `episodes` of `dataset` in `env`, env.num_envs at a time, one recorded action per step."""
     cfg = policy.cfg
-    # act() also evaluates the critic, which may read keys the actor does not (privileged state)
-    keys = [k for k in dict.fromkeys((*cfg.obs_keys, *cfg.value_obs_keys)) if k != "task_id"]
+    keys = [k for k in cfg.read_keys if k != "task_id"]  # the critic's too: act() evaluates it
     has_state = "state" not in keys and "observation.state" in dataset.features
     chunks = ActionChunkDataset(
         dataset,

@@ -58,7 +58,7 @@ def build_policy(cfg: ExperimentConfig, env: VecEnv):
             policy.set_instruction_table(env.instruction_table)
     else:
         pcfg = cfg.policy
-        if "task_id" in (*pcfg.obs_keys, *pcfg.value_obs_keys) and pcfg.num_tasks == 0:
+        if "task_id" in pcfg.read_keys and pcfg.num_tasks == 0:
             pcfg = dataclasses.replace(pcfg, num_tasks=len(env.instruction_table))
         if not pcfg.vla.instructions:  # VLA policies read instructions by task_id through this table
             pcfg = dataclasses.replace(
@@ -78,7 +78,7 @@ def build_policy(cfg: ExperimentConfig, env: VecEnv):
             f"the policy acts in {policy.cfg.action_dim} dims but {cfg.env.suite} expects "
             f"{env.action_spec.dim}; set policy.action_dim={env.action_spec.dim}"
         )
-    missing = [k for k in (*policy.cfg.obs_keys, *policy.cfg.value_obs_keys) if k not in env.observation_spec]
+    missing = [k for k in policy.cfg.read_keys if k not in env.observation_spec]
     if missing:
         raise UserError(
             f"the policy reads {missing} but the env observes {list(env.observation_spec)}; "
