@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -45,6 +47,22 @@ def resolve_codec(codec: str) -> str:
     return next(c for c in ("libsvtav1", "libx264", "mpeg4") if c in available)
 
 
+@contextmanager
+def keep_thread_scheduling() -> Iterator[None]:
+    """Undo scheduling changes a codec makes to the calling thread.
+
+    SVT-AV1, run as root (as in most containers), switches the thread that opens an encoder to
+    real-time SCHED_FIFO priority 99 and leaves it there: every later thread of a collect or deploy
+    process would inherit it and could starve the rest of the machine.
+    """
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if (os.sched_getscheduler(0), os.sched_getparam(0)) != (policy, param):
+            os.sched_setscheduler(0, policy, param)
+
+
 def encode_video(path: Path, frames: np.ndarray, fps: int, cfg: VideoConfig) -> dict:
     """Encode uint8 frames [T, H, W, 3] as yuv420p mp4 at `fps`; returns LeRobot's video info dict."""
     import av
@@ -57,7 +75,7 @@ def encode_video(path: Path, frames: np.ndarray, fps: int, cfg: VideoConfig) -> 
         options["preset"] = str(cfg.preset)
     if codec == "libx264":
         options["bf"] = "0"  # no B-frames: decode order == display order, simple concatenation
-    with av.open(str(path), "w", format="mp4") as container:
+    with keep_thread_scheduling(), av.open(str(path), "w", format="mp4") as container:
         stream = container.add_stream(codec, rate=fps, options=options)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for image in frames:
