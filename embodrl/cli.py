@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from embodrl.errors import UserError
 
@@ -302,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="train a policy with PPO or GRPO in simulation",
         description="On-policy RL: rollouts from seeded initial states, advantages (GAE or GRPO groups), "
         "clipped-PPO epochs, periodic deterministic evaluation, checkpoints every train.save_every "
-        "iterations (and on Ctrl-C or a crash), TensorBoard logs, metrics.jsonl and a learning curve. "
+        "iterations (and on Ctrl-C, SIGTERM or a crash), TensorBoard logs, metrics.jsonl, a learning curve. "
         "Start from a checkpoint with policy.init_from=DIR (it keeps its own policy settings; the run warns "
         "about each one of the experiment it does not apply), or give sft.dataset=DIR to run behaviour "
         "cloning first (into RUN/sft/; every weight trains there, policy.lora applies to RL) and RL from its "
@@ -456,6 +460,28 @@ def build_parser() -> argparse.ArgumentParser:
 POSITIONAL_LISTS = ("config", "overrides", "options")  # each command's trailing key=value list
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so it takes the same path."""
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C while a command runs: `kill`, SLURM preemption, `docker stop` and
+    torchrun's teardown then save the run's checkpoint instead of losing the work since the last one."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live on the main thread
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -468,10 +494,14 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         getattr(args, rest).extend(extra)
     try:
-        args.func(args)
+        with sigterm_interrupts():
+            args.func(args)
     except UserError as e:
         print(f"embodrl {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"embodrl {args.command}: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print(f"embodrl {args.command}: interrupted", file=sys.stderr)
         return 130

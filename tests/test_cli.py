@@ -1,11 +1,15 @@
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from embodrl.cli import build_parser, main
+from embodrl.config import compose
 from embodrl.data.lerobot_dataset import LeRobotDataset
+from embodrl.train.rl_runner import OnPolicyRunner
 
 COMMANDS = ["envs", "rollout", "train", "collect", "sft", "eval", "serve", "deploy", "convert"]
 
@@ -140,3 +144,34 @@ def test_collect_sft_eval_chain(tmp_path, capsys):
     assert "(episodes 2-3," in capsys.readouterr().out
     assert main([*replayed, "--first-demo", "4"]) == 2
     assert "from episode 4 on" in capsys.readouterr().err
+
+
+def test_sigterm_saves_the_run_like_ctrl_c(tmp_path):
+    """`kill`, SLURM preemption or `docker stop` must not lose the iterations since the last checkpoint."""
+    command = [
+        sys.executable,
+        "-m",
+        "embodrl.cli",
+        "train",
+        "reach_ppo",
+        "env.num_envs=4",
+        f"run_root={tmp_path}",
+    ]
+    command += ["name=term", "train.iterations=100000", "train.save_every=100000", "train.eval_every=0"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    metrics = None
+    for _ in range(600):  # up to 2 minutes to finish two iterations
+        found = list(tmp_path.glob("term/*/metrics.jsonl"))
+        if found and len(found[0].read_text().splitlines()) >= 2:
+            metrics = found[0]
+            break
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert metrics is not None, stderr
+    assert process.returncode == 128 + signal.SIGTERM and "embodrl train: terminated" in stderr
+    run_dir = metrics.parent
+    logged = len(metrics.read_text().splitlines())
+    resumed = OnPolicyRunner(compose(str(run_dir / "config.yaml"), []), run_dir, resume=True)
+    assert resumed.iteration >= logged >= 2  # the checkpoint holds every iteration the log shows
+    resumed.schedule.close()
