@@ -9,7 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from embodrl.errors import UserError
+from embodrl.errors import Terminated, UserError
 
 OVERRIDES_HELP = (
     "EXPERIMENT is a preset name from configs/experiment/ or a .yaml path (optional). "
@@ -458,10 +458,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 POSITIONAL_LISTS = ("config", "overrides", "options")  # each command's trailing key=value list
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so it takes the same path."""
 
 
 @contextlib.contextmanager

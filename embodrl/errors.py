@@ -7,3 +7,7 @@ class UserError(Exception):
 
 class ConfigError(UserError):
     """An invalid configuration key, type or value."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that it takes the same path."""

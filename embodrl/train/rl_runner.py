@@ -35,6 +35,7 @@ from embodrl.train.checkpointing import POLICY_DIR, restore_checkpoint, rng_stat
 from embodrl.train.evaluation import eval_metrics, evaluate_policy
 from embodrl.train.logger import MetricsLogger, plot_learning_curve, wandb_target
 from embodrl.train.memory import estimate_policy_memory
+from embodrl.train.stopping import StopAtIterationEnd
 
 LAST = "checkpoints/last"
 
@@ -180,33 +181,37 @@ class OnPolicyRunner:
                 cfg.train.tensorboard,
                 wandb_target(cfg, "rl"),
             )
-        try:
-            while self.iteration < cfg.train.iterations:
-                metrics = self._iterate()
-                self.iteration += 1
-                evaluating = bool(cfg.train.eval_every) and self.iteration % cfg.train.eval_every == 0
-                saving = self.iteration % cfg.train.save_every == 0
-                if evaluating or saving:
-                    self._gather_full_state()
-                if logger is not None:  # rank 0; the other ranks only collect and train
-                    if evaluating:
-                        metrics.update(self.evaluate(record=0))
-                        if self.best is not None:
-                            self.best.consider(self.iteration, metrics, self._full_policy())
-                    logger.log(self.iteration, metrics)
-                    if saving:
-                        self.save()
-                # Only now may an async producer at max_staleness=0 start the next rollout: it then never
-                # draws from torch's RNG beside the evaluation, and a checkpoint holds the RNG state the
-                # next rollout starts from (the synchronous run, and its exact resume).
-                self.schedule.push_weights(self.policy, self.iteration)
-            self._gather_full_state()  # for the last checkpoint and the final evaluation
-        finally:  # nothing lost on a crash or Ctrl-C: the last finished iteration is saved
-            self.schedule.close()
-            if logger is not None:
-                logger.close()
-                self.save()
-                plot_learning_curve(self.run_dir)
+        with StopAtIterationEnd("iteration") as stop:
+            try:
+                while self.iteration < cfg.train.iterations:
+                    metrics = self._iterate()
+                    self.iteration += 1
+                    evaluating = bool(cfg.train.eval_every) and self.iteration % cfg.train.eval_every == 0
+                    saving = self.iteration % cfg.train.save_every == 0
+                    if evaluating or saving:
+                        self._gather_full_state()
+                    if logger is not None:  # rank 0; the other ranks only collect and train
+                        if evaluating:
+                            metrics.update(self.evaluate(record=0))
+                            if self.best is not None:
+                                self.best.consider(self.iteration, metrics, self._full_policy())
+                        logger.log(self.iteration, metrics)
+                        if saving:
+                            self.save()
+                    if stop.requested():  # Ctrl-C or SIGTERM during the iteration: stop before the next one
+                        self._gather_full_state()  # fsdp: for the checkpoint that `finally` writes
+                        raise stop.interruption()
+                    # Only now may an async producer at max_staleness=0 start the next rollout: it then never
+                    # draws from torch's RNG beside the evaluation, and a checkpoint holds the RNG state the
+                    # next rollout starts from (the synchronous run, and its exact resume).
+                    self.schedule.push_weights(self.policy, self.iteration)
+                self._gather_full_state()  # for the last checkpoint and the final evaluation
+            finally:  # nothing lost on a crash, Ctrl-C or SIGTERM: the last finished iteration is saved
+                self.schedule.close()
+                if logger is not None:
+                    logger.close()
+                    self.save()
+                    plot_learning_curve(self.run_dir)
         return from_main(self._final_evaluation)
 
     def _gather_full_state(self) -> None:

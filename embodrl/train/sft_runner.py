@@ -24,6 +24,7 @@ from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
 from embodrl.train.logger import MetricsLogger, wandb_target
 from embodrl.train.memory import estimate_policy_memory
 from embodrl.train.rl_runner import LAST, build_policy
+from embodrl.train.stopping import StopAtIterationEnd
 
 
 def first_episodes_frames(dataset: LeRobotDataset, max_episodes: int) -> np.ndarray:
@@ -124,35 +125,40 @@ class SFTRunner:
         self.policy.train()
         log_every = max(1, min(50, sft.steps // 20))
         losses, started, seen = [], time.perf_counter(), 0
-        try:
-            for batch in self.batches():
-                if self.step >= sft.steps:
-                    break
-                losses.append(self.train_step(batch))
-                seen += batch.batch_size[0]
-                metrics = {}
-                if self.step % log_every == 0 or self.step == sft.steps:
-                    elapsed = time.perf_counter() - started
-                    metrics = {
-                        "sft/loss": sum(losses) / len(losses),
-                        "sft/lr": self.scheduler.get_last_lr()[0],
-                        "sft/samples_per_s": seen / max(elapsed, 1e-9),
-                    }
-                    losses, started, seen = [], time.perf_counter(), 0
-                if sft.eval_every and self.step % sft.eval_every == 0:
-                    results = evaluate_policy(self.policy, self.env, sft.eval_episodes, seed=self.cfg.seed)
-                    metrics.update(eval_metrics(results))
-                    if self.best is not None:
-                        self.best.consider(self.step, metrics, self.policy)
-                if metrics:
-                    logger.log(self.step, metrics)
-                else:
-                    logger.advance()
-                if self.step % sft.save_every == 0:
-                    self.save()
-        finally:  # nothing lost on a crash or Ctrl-C
-            logger.close()
-            self.save()
+        with StopAtIterationEnd("step") as stop:
+            try:
+                for batch in self.batches():
+                    if self.step >= sft.steps:
+                        break
+                    losses.append(self.train_step(batch))
+                    seen += batch.batch_size[0]
+                    metrics = {}
+                    if self.step % log_every == 0 or self.step == sft.steps:
+                        elapsed = time.perf_counter() - started
+                        metrics = {
+                            "sft/loss": sum(losses) / len(losses),
+                            "sft/lr": self.scheduler.get_last_lr()[0],
+                            "sft/samples_per_s": seen / max(elapsed, 1e-9),
+                        }
+                        losses, started, seen = [], time.perf_counter(), 0
+                    if sft.eval_every and self.step % sft.eval_every == 0:
+                        results = evaluate_policy(
+                            self.policy, self.env, sft.eval_episodes, seed=self.cfg.seed
+                        )
+                        metrics.update(eval_metrics(results))
+                        if self.best is not None:
+                            self.best.consider(self.step, metrics, self.policy)
+                    if metrics:
+                        logger.log(self.step, metrics)
+                    else:
+                        logger.advance()
+                    if self.step % sft.save_every == 0:
+                        self.save()
+                    if stop.requested():  # Ctrl-C or SIGTERM: after this step, saved by `finally`
+                        raise stop.interruption()
+            finally:  # nothing lost on a crash, Ctrl-C or SIGTERM
+                logger.close()
+                self.save()
         results = evaluate_policy(
             self.policy,
             self.env,

@@ -1,11 +1,13 @@
 import json
 import logging
+import os
+import signal
 
 import pytest
 import torch
 
 from embodrl.config import compose, make_run_dir
-from embodrl.errors import UserError
+from embodrl.errors import Terminated, UserError
 from embodrl.policies.registry import load_policy
 from embodrl.train.logger import read_metrics
 from embodrl.train.rl_runner import LAST, OnPolicyRunner
@@ -106,6 +108,36 @@ def test_resume_reproduces_the_next_iteration_exactly(tmp_path, options):
             getattr(resumed.policy.normalizers["state"], key),
             getattr(straight.policy.normalizers["state"], key),
         )
+
+
+def test_a_signal_during_an_update_stops_after_that_iteration_and_resumes_exactly(tmp_path):
+    straight = _runner(tmp_path / "a", "train.iterations=3", "train.eval_every=0")
+    straight.learn()
+    expected = read_metrics(straight.run_dir)[-1]
+
+    interrupted = _runner(tmp_path / "b", "train.iterations=3", "train.eval_every=0", "train.save_every=100")
+    optimizer_step = interrupted.algo.optimizer.step
+
+    def step_then_sigterm_inside_the_second_update(*args, **kwargs):
+        out = optimizer_step(*args, **kwargs)
+        if interrupted.iteration == 1 and not hasattr(interrupted, "signalled"):  # the first step of it
+            interrupted.signalled = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    interrupted.algo.optimizer.step = step_then_sigterm_inside_the_second_update
+    with pytest.raises(Terminated):
+        interrupted.learn()
+    assert interrupted.signalled
+    assert [r["iteration"] for r in read_metrics(interrupted.run_dir)] == [1, 2]  # the update went on
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the runner's handler is gone
+    resumed = _runner(tmp_path / "b", resume_dir=interrupted.run_dir)
+    assert resumed.iteration == 2
+    resumed.learn()
+    got = read_metrics(interrupted.run_dir)[-1]
+    assert got["iteration"] == 3
+    for key in ("train/policy_loss", "train/value_loss", "rollout/return", "train/approx_kl"):
+        assert got[key] == expected[key], key
 
 
 def test_cleanrl_details_keep_the_first_ratio_one_and_save_the_running_stats(tmp_path):
