@@ -1,8 +1,12 @@
 """The deploy loop: a sim robot completes a task through the remote server; safety holds under faults."""
 
+import os
+import signal
+
 import numpy as np
 import pytest
 
+from embodrl.cli import sigterm_interrupts
 from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.deploy.commands import deploy
 from embodrl.deploy.config import ChunkConfig, DeployConfig, RobotConfig, SafetyConfig, ServerConfig
@@ -11,7 +15,7 @@ from embodrl.deploy.loop import ControlLoop
 from embodrl.deploy.runner import InputSpec, PolicyRunner
 from embodrl.deploy.server import PolicyServer
 from embodrl.deploy.sim_robot import SimRobot
-from embodrl.errors import UserError
+from embodrl.errors import Terminated, UserError
 from tests.deploy.fakes import HORIZON, FakeRobot, FakeRunner, NaNRunner
 
 FAST = {"fps": 100.0, "max_steps": 40}
@@ -118,6 +122,25 @@ def test_robot_failure_sends_hold_then_propagates():
     robot = FakeRobot(fail_at_step=3)
     loop = _loop(FakeRunner(), robot)
     with pytest.raises(OSError, match="motor bus"):
+        loop.run_episode("")
+    loop.close()
+    assert len(robot.sent) == 4 and robot.sent[-1] == robot.sent[-2]  # 3 steps, then hold the last target
+    assert loop.safety.counters.safe_stops == 1
+
+
+class SigtermRobot(FakeRobot):
+    """Receives a SIGTERM (`docker stop`, systemd, `kill`) while it reports its third observation."""
+
+    def get_observation(self) -> dict:
+        if len(self.sent) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().get_observation()
+
+
+def test_sigterm_sends_hold_then_stops_the_command():
+    robot = SigtermRobot()
+    loop = _loop(FakeRunner(), robot)
+    with pytest.raises(Terminated), sigterm_interrupts():  # what `embodrl deploy` runs inside
         loop.run_episode("")
     loop.close()
     assert len(robot.sent) == 4 and robot.sent[-1] == robot.sent[-2]  # 3 steps, then hold the last target
