@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from abc import ABC, abstractmethod
 
@@ -66,13 +67,21 @@ class InlineHandle(WorkerHandle):
         pass  # nothing runs on its own
 
 
+def serve_env_worker_process(*args) -> None:
+    """`serve_env_worker` in a child process, which leaves Ctrl-C to the trainer: a terminal's Ctrl-C
+    reaches the whole process group, and the trainer finishes its iteration (which needs this worker)
+    before it stops and closes its workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    serve_env_worker(*args)
+
+
 class ProcessHandle(WorkerHandle):
     def __init__(self, *args) -> None:
         import torch.multiprocessing as mp
 
         # spawn, not fork: a forked child inherits the parent's threads' locks (torch, OpenMP, EGL)
         self.process = mp.get_context("spawn").Process(
-            target=serve_env_worker, args=args, daemon=True, name="env-worker"
+            target=serve_env_worker_process, args=args, daemon=True, name="env-worker"
         )
         self.process.start()
 

@@ -1,3 +1,7 @@
+import os
+import signal
+import time
+
 import pytest
 import torch
 
@@ -53,6 +57,20 @@ def test_multiprocess_transport_gives_the_inproc_rollout_and_survives_a_killed_w
             env.close()
     a, b = rollouts["inproc"], rollouts["multiprocess"]
     assert torch.equal(a["obs", "state"], b["obs", "state"]) and torch.equal(a["reward"], b["reward"])
+
+
+def test_a_multiprocess_env_worker_leaves_ctrl_c_to_the_trainer():
+    """A terminal's Ctrl-C reaches every process of the group; the trainer finishes its iteration first."""
+    cfg = pendulum("engine.transport=multiprocess")
+    env = StagedEnv(cfg.env, cfg.engine)
+    try:
+        env.reset_to(torch.arange(4))
+        os.kill(env.worker.process.pid, signal.SIGINT)
+        time.sleep(1.0)
+        assert env.worker.alive()
+        assert env.step(torch.zeros(4, 1, 1)).reward.shape == (4, 1)
+    finally:
+        env.close()
 
 
 def test_a_stalled_env_worker_is_reported_with_its_stage_and_replaced(monkeypatch):
