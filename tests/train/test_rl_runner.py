@@ -126,11 +126,12 @@ def test_a_signal_during_an_update_stops_after_that_iteration_and_resumes_exactl
         return out
 
     interrupted.algo.optimizer.step = step_then_sigterm_inside_the_second_update
+    handler = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Terminated):
         interrupted.learn()
     assert interrupted.signalled
     assert [r["iteration"] for r in read_metrics(interrupted.run_dir)] == [1, 2]  # the update went on
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the runner's handler is gone
+    assert signal.getsignal(signal.SIGTERM) is handler  # the runner's own handler is gone
     resumed = _runner(tmp_path / "b", resume_dir=interrupted.run_dir)
     assert resumed.iteration == 2
     resumed.learn()
