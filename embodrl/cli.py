@@ -462,8 +462,8 @@ POSITIONAL_LISTS = ("config", "overrides", "options")  # each command's trailing
 
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C while a command runs: `kill`, SLURM preemption, `docker stop` and
-    torchrun's teardown then save the run's checkpoint instead of losing the work since the last one."""
+    """Treat SIGTERM like Ctrl-C while a command runs: `kill`, SLURM preemption or `docker stop` then
+    save the run's checkpoint instead of losing the work since the last one."""
     if threading.current_thread() is not threading.main_thread():  # signal handlers live on the main thread
         yield
         return
