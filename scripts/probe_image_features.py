@@ -1,0 +1,105 @@
+"""Does a policy's image encoder see where the object is? A linear probe on its image features.
+
+Fits ridge regression from the image features of a checkpoint (the CNN's output for the MLP policies,
+the projected patch tokens, flattened, for the VLAs) to the tabletop object's position and its offset
+from the gripper (`observation.environment_state`), on frames of one dataset (the training demos), and
+reports R^2 there and on another dataset (demos from initial states the policy never saw). An encoder
+that has learned the scene scores high on the unseen demos; `--features pixels` and `--reinit` give
+the baselines of raw pixels and of the same architecture untrained.
+
+    python scripts/probe_image_features.py RUN/checkpoints/last/policy --train data/pick_rgb50 \
+        --test data/pick_rgb16_heldout
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+from embodrl.data.chunk_dataset import ActionChunkDataset
+from embodrl.data.lerobot_dataset import LeRobotDataset
+from embodrl.errors import UserError
+from embodrl.policies.registry import load_policy
+
+# `privileged` columns of the tabletop suites: object position (0-2), ..., object - ee (10-12)
+TARGETS = {"object x": 0, "object y": 1, "object-ee x": 10, "object-ee y": 11}
+
+
+def sample_frames(root: str, limit: int, image_key: str) -> tuple[ActionChunkDataset, np.ndarray]:
+    """The dataset's frames as chunks of one step, and up to `limit` frame indices (seeded subset)."""
+    dataset = LeRobotDataset(root)
+    frames = ActionChunkDataset(dataset, 1, obs_keys=[image_key, "privileged"])
+    if dataset.num_frames <= limit:
+        return frames, np.arange(dataset.num_frames)
+    return frames, np.sort(np.random.default_rng(0).permutation(dataset.num_frames)[:limit])
+
+
+@torch.no_grad()
+def image_features(policy, images: torch.Tensor, image_key: str, kind: str) -> torch.Tensor:
+    """[N, F] features of uint8 images [N, H, W, 3]."""
+    if kind == "pixels":
+        return images.float().flatten(1) / 255
+    encoder = getattr(policy, "encoder", None)
+    if encoder is not None and image_key in encoder.images:  # MLP policies: the CNN's output
+        return encoder.images[image_key](images)
+    prefix = getattr(policy, "prefix_encoder", None)
+    if prefix is not None:  # VLAs: the patch tokens the language model reads, flattened
+        return prefix.backbone.encode_images(images).flatten(1)
+    raise UserError(f"the {policy.family} policy has no image encoder for {image_key!r}")
+
+
+def features_and_targets(policy, root: str, limit: int, image_key: str, kind: str):
+    frames, indices = sample_frames(root, limit, image_key)
+    features, targets = [], []
+    for start in range(0, len(indices), 64):
+        batch = frames.__getitems__(indices[start : start + 64].tolist())
+        features.append(image_features(policy, batch[image_key], image_key, kind).double())
+        targets.append(batch["privileged"][:, list(TARGETS.values())].double())
+    return torch.cat(features).numpy(), torch.cat(targets).numpy()
+
+
+def r_squared(predicted: np.ndarray, target: np.ndarray) -> np.ndarray:
+    return 1 - ((predicted - target) ** 2).sum(0) / ((target - target.mean(0)) ** 2).sum(0)
+
+
+def main(argv: list[str] | None = None) -> dict[float, dict[str, list[float]]]:
+    """Prints, and returns, {lambda: {"fitted": R^2 per target, "unseen": R^2 per target}}."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("checkpoint", help="a policy directory (RUN/checkpoints/last/policy)")
+    parser.add_argument("--train", required=True, help="dataset the probe is fitted on (the policy's demos)")
+    parser.add_argument("--test", required=True, help="dataset of unseen demos the probe is scored on")
+    parser.add_argument("--max-train", type=int, default=3000, help="frames fitted on (a seeded subset)")
+    parser.add_argument("--features", choices=["image", "pixels"], default="image")
+    parser.add_argument("--reinit", action="store_true", help="re-initialise the weights (untrained)")
+    parser.add_argument("--lambdas", type=float, nargs="+", default=[100.0, 1000.0, 10000.0])
+    parser.add_argument("--image-key", default="rgb")
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    policy = load_policy(args.checkpoint).eval()
+    if args.reinit:
+        for module in policy.modules():
+            if module is not policy and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+    x_fit, y_fit = features_and_targets(policy, args.train, args.max_train, args.image_key, args.features)
+    x_test, y_test = features_and_targets(policy, args.test, 10**9, args.image_key, args.features)
+    mean, std = x_fit.mean(0), x_fit.std(0) + 1e-6
+    x_fit, x_test = (x_fit - mean) / std, (x_test - mean) / std
+    y_mean = y_fit.mean(0)
+    gram = x_fit @ x_fit.T  # ridge in its dual form: features may outnumber frames (VLA tokens)
+    results = {}
+    print(f"{len(x_fit)} frames fitted, {len(x_test)} unseen, {x_fit.shape[1]} features; R^2:", list(TARGETS))
+    for lam in args.lambdas:
+        alpha = np.linalg.solve(gram + lam * np.eye(len(gram)), y_fit - y_mean)
+        fitted, unseen = gram @ alpha + y_mean, x_test @ x_fit.T @ alpha + y_mean
+        results[lam] = {
+            "fitted": np.round(r_squared(fitted, y_fit), 3).tolist(),
+            "unseen": np.round(r_squared(unseen, y_test), 3).tolist(),
+        }
+        print(f"lambda {lam:g}: fitted {results[lam]['fitted']}, unseen {results[lam]['unseen']}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""scripts/probe_image_features.py: the linear probe on a checkpoint's image features."""
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+from embodrl.cli import main as cli
+from embodrl.config import compose
+from embodrl.sims.registry import make_env
+from embodrl.train.rl_runner import build_policy
+
+SCRIPT = Path(__file__).parents[2] / "scripts" / "probe_image_features.py"
+probe = runpy.run_path(str(SCRIPT))["main"]
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    root = tmp_path_factory.mktemp("probe")
+    for name, first in (("fit", "0"), ("unseen", "500")):
+        args = ["collect", "pick_image_dppo", "env.num_envs=2", "--out", str(root / name)]
+        assert cli([*args, "--episodes-per-task", "2", "--first-state", first]) == 0
+    return root
+
+
+@pytest.mark.parametrize("policy", ["flow_state", "flow_vla_nano"])
+def test_probe_reads_the_policy_image_encoder_and_scores_both_datasets(demos, tmp_path, capsys, policy):
+    cfg = compose("pick_image_dppo", ["env.num_envs=1", f"policy={policy}", "policy.family=flow"])
+    cfg.policy.obs_keys = ["rgb", "state"]
+    env = make_env(cfg.env)
+    build_policy(cfg, env).save_pretrained(tmp_path / "policy")
+    env.close()
+    common = [str(tmp_path / "policy"), "--train", str(demos / "fit"), "--test", str(demos / "unseen")]
+    results = probe([*common, "--lambdas", "0.001", "1000"])
+    features = 128 if policy == "flow_state" else 64 * 128  # CNN output; the VLA's 64 patch tokens
+    assert f"unseen, {features} features" in capsys.readouterr().out
+    assert set(results) == {0.001, 1000.0} and all(len(r["unseen"]) == 4 for r in results.values())
+    # more features than frames: an almost unregularised probe fits the frames it saw, not the others
+    assert min(results[0.001]["fitted"]) > 0.99 > max(results[0.001]["unseen"])
+    untrained = probe([*common, "--reinit", "--lambdas", "1000"])  # other weights: other features
+    assert untrained[1000.0] != results[1000.0]
+    pixels = probe([*common, "--features", "pixels", "--lambdas", "0.001"])
+    assert min(pixels[0.001]["fitted"]) > 0.99
