@@ -72,16 +72,14 @@ def main(argv: list[str] | None = None) -> dict[float, dict[str, list[float]]]:
     parser.add_argument("--test", required=True, help="dataset of unseen demos the probe is scored on")
     parser.add_argument("--max-train", type=int, default=3000, help="frames fitted on (a seeded subset)")
     parser.add_argument("--features", choices=["image", "pixels"], default="image")
-    parser.add_argument("--reinit", action="store_true", help="re-initialise the weights (untrained)")
+    parser.add_argument("--reinit", action="store_true", help="the untrained encoder (fresh initial weights)")
     parser.add_argument("--lambdas", type=float, nargs="+", default=[100.0, 1000.0, 10000.0])
     parser.add_argument("--image-key", default="rgb")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     policy = load_policy(args.checkpoint).eval()
-    if args.reinit:
-        for module in policy.modules():
-            if module is not policy and hasattr(module, "reset_parameters"):
-                module.reset_parameters()
+    if args.reinit:  # the same architecture as its constructor initialises it (where SFT starts)
+        policy = type(policy)(policy.cfg, policy.obs_shapes).eval()
     x_fit, y_fit = features_and_targets(policy, args.train, args.max_train, args.image_key, args.features)
     x_test, y_test = features_and_targets(policy, args.test, 10**9, args.image_key, args.features)
     mean, std = x_fit.mean(0), x_fit.std(0) + 1e-6
