@@ -100,4 +100,7 @@ def main(argv: list[str] | None = None) -> dict[float, dict[str, list[float]]]:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except UserError as error:  # bad input: one line, as the CLI gives it, not a traceback
+        raise SystemExit(f"probe_image_features: {error}") from None
