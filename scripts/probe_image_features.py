@@ -86,11 +86,12 @@ def main(argv: list[str] | None = None) -> dict[float, dict[str, list[float]]]:
     x_fit, x_test = (x_fit - mean) / std, (x_test - mean) / std
     y_mean = y_fit.mean(0)
     gram = x_fit @ x_fit.T  # ridge in its dual form: features may outnumber frames (VLA tokens)
+    cross = x_test @ x_fit.T  # the unseen frames' kernel rows, the same for every lambda
     results = {}
     print(f"{len(x_fit)} frames fitted, {len(x_test)} unseen, {x_fit.shape[1]} features; R^2:", list(TARGETS))
     for lam in args.lambdas:
         alpha = np.linalg.solve(gram + lam * np.eye(len(gram)), y_fit - y_mean)
-        fitted, unseen = gram @ alpha + y_mean, x_test @ x_fit.T @ alpha + y_mean
+        fitted, unseen = gram @ alpha + y_mean, cross @ alpha + y_mean
         results[lam] = {
             "fitted": np.round(r_squared(fitted, y_fit), 3).tolist(),
             "unseen": np.round(r_squared(unseen, y_test), 3).tolist(),

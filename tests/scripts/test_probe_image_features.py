@@ -25,8 +25,8 @@ def demos(tmp_path_factory):
 
 @pytest.mark.parametrize("policy", ["flow_state", "flow_vla_nano"])
 def test_probe_reads_the_policy_image_encoder_and_scores_both_datasets(demos, tmp_path, capsys, policy):
-    cfg = compose("pick_image_dppo", ["env.num_envs=1", f"policy={policy}", "policy.family=flow"])
-    cfg.policy.obs_keys = ["rgb", "state"]
+    overrides = ["env.num_envs=1", f"policy={policy}", "policy.family=flow", "policy.obs_keys=[rgb,state]"]
+    cfg = compose("pick_image_dppo", overrides)
     env = make_env(cfg.env)
     build_policy(cfg, env).save_pretrained(tmp_path / "policy")
     env.close()
