@@ -59,7 +59,7 @@ demo: $(VENV)/.core system-deps
 	$(BIN)/embodrl train pick_flow_noise sft.dataset=$(DEMO_DATA)
 
 test: $(VENV)/.test system-deps maniskill-cpu
-	if [ -f $(VULKAN_ENV) ]; then . ./$(VULKAN_ENV); fi; HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	if [ -f $(VULKAN_ENV) ]; then . ./$(VULKAN_ENV); fi; HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n auto --maxschedchunk 1
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
