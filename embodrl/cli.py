@@ -77,6 +77,20 @@ def _run_config(args: argparse.Namespace, distributed: bool = False):
     return cfg, from_main(lambda: make_run_dir(cfg))
 
 
+@contextlib.contextmanager
+def _removed_if_unused(run_dir, fresh: bool):
+    """A new run that fails before writing anything but its config (a bad task name, a missing dataset)
+    takes its empty run folder with it; a resumed run's folder is never touched."""
+    from embodrl.config import remove_unused_run_dir
+
+    try:
+        yield
+    except BaseException:
+        if fresh and remove_unused_run_dir(run_dir):
+            print(f"run folder removed: the run wrote nothing but its config ({run_dir})", file=sys.stderr)
+        raise
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     from embodrl.engine import distributed
     from embodrl.train.pipeline import train
@@ -86,7 +100,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     if main:
         print(f"run folder: {run_dir}")
     try:
-        final = train(cfg, run_dir, resume=bool(args.resume))
+        with _removed_if_unused(run_dir, fresh=main and not args.resume):
+            final = train(cfg, run_dir, resume=bool(args.resume))
     finally:
         distributed.close()
     if not main:
@@ -105,7 +120,8 @@ def cmd_sft(args: argparse.Namespace) -> None:
 
     cfg, run_dir = _run_config(args)
     print(f"run folder: {run_dir}")
-    summary = SFTRunner(cfg, run_dir, resume=bool(args.resume)).learn()
+    with _removed_if_unused(run_dir, fresh=not args.resume):
+        summary = SFTRunner(cfg, run_dir, resume=bool(args.resume)).learn()
     lo, hi = summary["success_ci95"]
     print(
         f"success after SFT: {summary['success_rate']:.1%} (95% CI {lo:.1%}-{hi:.1%}) "

@@ -10,6 +10,7 @@ module turns its exceptions into one-line ConfigErrors that name the key and the
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -140,3 +141,16 @@ def make_run_dir(cfg: ExperimentConfig) -> Path:
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
     return run_dir
+
+
+def remove_unused_run_dir(run_dir: Path) -> bool:
+    """Delete a run folder that holds no file but its config.yaml: a run that failed while starting (a
+    mistyped task, a missing dataset) leaves nothing to resume, so it should not clutter runs/.
+    True when the folder was removed."""
+    files = [path for path in run_dir.rglob("*") if path.is_file()]
+    if files != [run_dir / "config.yaml"]:
+        return False
+    shutil.rmtree(run_dir)
+    if not any(run_dir.parent.iterdir()):
+        run_dir.parent.rmdir()  # runs/<name>/ made for this run alone
+    return True

@@ -48,6 +48,21 @@ def test_user_errors_are_one_line_without_traceback(capsys):
     assert "valid suites: tabletop-basic" in err[0] and "env.num_envs" in err[1]
 
 
+def test_a_run_that_fails_while_starting_leaves_no_run_folder(tmp_path, capsys):
+    assert main(["train", "reach_ppo", "env.task=fly", f"run_root={tmp_path}"]) == 2
+    assert main(["sft", "reach_ppo", f"sft.dataset={tmp_path / 'none'}", f"run_root={tmp_path}"]) == 2
+    assert list(tmp_path.iterdir()) == []
+    assert "run folder removed" in capsys.readouterr().err
+    # A resumed run's folder stays, even when it holds nothing but its config.
+    run_dir = tmp_path / "kept"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("name: reach_ppo\nenv:\n  task: fly\n")
+    assert main(["train", "--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown task 'fly'" in err and "removed" not in err
+    assert (run_dir / "config.yaml").is_file()
+
+
 def test_rollout_expert_writes_videos_and_summary(tmp_path, capsys):
     args = [
         "rollout",
