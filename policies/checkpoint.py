@@ -24,11 +24,28 @@ NORMALIZATION_FILE = "normalization.safetensors"
 NORM_PREFIX = "normalizers."
 
 
+def not_a_checkpoint(directory: str | Path) -> UserError:
+    """The error for a folder without config.json, pointing at the policies inside a run folder (or its
+    checkpoints/<name>/), the folders users most often pass instead."""
+    directory = Path(directory)
+    inside = [
+        path.parent
+        for pattern in (
+            f"checkpoints/*/policy/{CONFIG_FILE}",
+            f"*/policy/{CONFIG_FILE}",
+            f"policy/{CONFIG_FILE}",
+        )
+        for path in sorted(directory.glob(pattern))
+    ]
+    hint = f"; did you mean {' or '.join(str(path) for path in inside)}?" if inside else ""
+    return UserError(f"{directory} is not a policy checkpoint: {CONFIG_FILE} is missing{hint}")
+
+
 def read_config(directory: str | Path, family: str) -> tuple[PolicyConfig, dict[str, tuple[int, ...]]]:
     """The PolicyConfig and observation shapes of a checkpoint, checking it belongs to `family`."""
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
-        raise UserError(f"{directory} is not a policy checkpoint: {CONFIG_FILE} is missing")
+        raise not_a_checkpoint(directory)
     data = json.loads(path.read_text())
     if data.get("family") != family:
         raise UserError(

@@ -60,8 +60,10 @@ def load_policy(directory: str | Path, device: str = "cpu", merge_adapters: bool
 
 def load_base_policy(directory: str | Path, device: str = "cpu") -> Policy:
     """The checkpoint's model.safetensors alone (of a LoRA checkpoint: the base weights, adapters ignored)."""
-    config_path = Path(directory) / "config.json"
+    from embodrl.policies.checkpoint import CONFIG_FILE, not_a_checkpoint
+
+    config_path = Path(directory) / CONFIG_FILE
     if not config_path.is_file():
-        raise UserError(f"{directory} is not a policy checkpoint: {config_path.name} is missing")
+        raise not_a_checkpoint(directory)
     family = json.loads(config_path.read_text()).get("family")
     return policy_class(family).from_pretrained(directory, device=device)

@@ -28,3 +28,19 @@ def test_load_policy_dispatches_on_the_saved_family(tmp_path):
     assert isinstance(load_policy(tmp_path / "flow"), FlowPolicy)
     with pytest.raises(UserError, match="not a policy checkpoint"):
         load_policy(tmp_path)
+
+
+def test_a_run_folder_passed_as_a_checkpoint_names_the_policies_inside(tmp_path):
+    policy = make_policy(PolicyConfig(family="gaussian", action_dim=2), {"state": (3,)})
+    for name in ("last", "best"):
+        policy.save_pretrained(tmp_path / "checkpoints" / name / "policy")
+    best, last = (str(tmp_path / "checkpoints" / name / "policy") for name in ("best", "last"))
+    for folder, hint in [
+        (tmp_path, f"did you mean {best} or {last}?"),
+        (tmp_path / "checkpoints", f"did you mean {best} or {last}?"),
+        (tmp_path / "checkpoints" / "last", f"did you mean {last}?"),
+        (tmp_path / "elsewhere", "config.json is missing"),
+    ]:
+        with pytest.raises(UserError) as error:
+            load_policy(folder)
+        assert str(error.value).endswith(hint), error.value
