@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 # torch first, pinned, so no later install swaps in another build (a CPU wheel here, CUDA on a GPU box).
 TORCH_SPEC ?= torch==2.13.0
+# pytest-xdist workers for `make test`: one per core, at most 4 (one worker's memory reached 5.4 GB
+# during the suite); `make test TEST_WORKERS=0` runs the suite in pytest's own process.
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$((n < 4 ? n : 4)))
 
 .PHONY: demo test test-libero lint bench system-deps maniskill-cpu libero-venv clean-venv
 
@@ -59,7 +62,7 @@ demo: $(VENV)/.core system-deps
 	$(BIN)/embodrl train pick_flow_noise sft.dataset=$(DEMO_DATA)
 
 test: $(VENV)/.test system-deps maniskill-cpu
-	if [ -f $(VULKAN_ENV) ]; then . ./$(VULKAN_ENV); fi; HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n auto --maxschedchunk 1
+	if [ -f $(VULKAN_ENV) ]; then . ./$(VULKAN_ENV); fi; HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxschedchunk 1
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
