@@ -104,6 +104,13 @@ class StagedEnv(VecEnv):
                 self.timer.add(name, seconds)
         return header, payload
 
+    def _receive_stage(self, stage: int) -> tuple[Header, TensorDict | None]:
+        """`_receive`, for a reply that must be stage `stage`'s."""
+        header, payload = self._receive()
+        if header.stage != stage:
+            raise RuntimeError(f"expected the reply of stage {stage}, got stage {header.stage}")
+        return header, payload
+
     def _drain(self) -> None:
         """Discard the replies to requests sent before a failure, so the next request starts clean."""
         while self._pending:
@@ -124,17 +131,34 @@ class StagedEnv(VecEnv):
         if self.failure is not None:
             return self._placeholder(stage)
         try:
-            header, payload = self._receive()
+            payload = self._receive_stage(stage)[1]
         except EnvWorkerError as error:
             if not self.fail_soft:
                 raise
             self.failure = error
             return self._placeholder(stage)
-        if header.stage != stage:
-            raise RuntimeError(f"expected the reply of stage {stage}, got stage {header.stage}")
         result = StepResult.from_tensordict(payload)
         self._obs[stage] = result.obs
         return result
+
+    def send_reset_to(self, state_ids: torch.Tensor, env_ids: torch.Tensor | None = None) -> list[int]:
+        """Start `reset_to` with one request per stage it touches; returns those stages, in the order in
+        which `recv_reset` must collect them. A schedule may infer one stage while the next resets."""
+        env_ids = self.check_state_ids(state_ids, env_ids)
+        state_ids = torch.as_tensor(state_ids).flatten()
+        stages = env_ids // self.stage_size
+        touched = stages.unique().tolist()
+        for s in touched:
+            mine = stages == s
+            local = env_ids[mine] - s * self.stage_size
+            payload = TensorDict({"state_ids": state_ids[mine], "env_ids": local}, batch_size=local.shape)
+            self._request(Header("reset_to", s), payload)
+        return touched
+
+    def recv_reset(self, stage: int) -> TensorDict:
+        """The observation [N/K] of stage `stage` after the oldest pending reset, which must be its own."""
+        self._obs[stage] = self._receive_stage(stage)[1]
+        return self._obs[stage]
 
     def _placeholder(self, stage: int) -> StepResult:
         """What a stage "returns" after a soft failure: its last observation again, nothing executed."""
@@ -188,17 +212,8 @@ class StagedEnv(VecEnv):
         return self._all_obs()
 
     def reset_to(self, state_ids: torch.Tensor, env_ids: torch.Tensor | None = None) -> TensorDict:
-        env_ids = self.check_state_ids(state_ids, env_ids)
-        state_ids = torch.as_tensor(state_ids).flatten()
-        stages = env_ids // self.stage_size
-        touched = stages.unique().tolist()
-        for s in touched:
-            mine = stages == s
-            local = env_ids[mine] - s * self.stage_size
-            payload = TensorDict({"state_ids": state_ids[mine], "env_ids": local}, batch_size=local.shape)
-            self._request(Header("reset_to", s), payload)
-        for s in touched:
-            self._obs[s] = self._receive()[1]
+        for s in self.send_reset_to(state_ids, env_ids):
+            self.recv_reset(s)
         if any(obs is None for obs in self._obs):
             raise UserError("reset_to touched only some stages before any full reset; reset all envs first")
         return self._all_obs()

@@ -106,8 +106,9 @@ class SyncSchedule(Schedule):
         start = time.perf_counter()
         self.rollout.sync()
         obs, self._next_obs = self._next_obs, None  # cleared first: a failed attempt resets on retry
+        states = None  # initial states to reset to, or continue from `obs`
         if obs is None or not self.continue_episodes:
-            obs = self.env.reset_to(initial_states())
+            obs, states = None, initial_states()
             # also forgets a failed attempt's episodes
             limit = None if self.continue_episodes else self.env.env_cfg.max_episode_steps
             self.tracker = EpisodeTracker.zeros(self.env.num_envs, limit)
@@ -117,8 +118,8 @@ class SyncSchedule(Schedule):
         training = policy.training
         policy.eval()
         try:
-            obs = self.run(obs)
-            self.buffer.set_last_value(self.rollout.value(obs))
+            obs, last_value = self.run(obs, states)
+            self.buffer.set_last_value(last_value)
         finally:
             policy.train(training)
         self._next_obs = obs
@@ -138,5 +139,6 @@ class SyncSchedule(Schedule):
         return self.rollout.version
 
     @abstractmethod
-    def run(self, obs: TensorDict) -> TensorDict:
-        """Fill the buffer with T decisions from `obs` [N]; return the observation after the last one."""
+    def run(self, obs: TensorDict | None, states: torch.Tensor | None) -> tuple[TensorDict, torch.Tensor]:
+        """Fill the buffer with T decisions from `obs` [N], or from the envs reset to `states` [N] when given;
+        return the observation after the last decision and its value (the bootstrap of the window)."""

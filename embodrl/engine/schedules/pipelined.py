@@ -3,6 +3,8 @@
 The env worker steps its K stages one after another; the rollout worker infers a stage as soon as
 its observation is back and sends its actions, so with K >= 2 the simulation of one stage overlaps
 the inference of another. Ideal speedup over sequential: (t_sim + t_inf) / max(t_sim, t_inf).
+The pipeline's fill and drain overlap too: stage s+1 resets while stage s infers its first actions,
+and stage s's final observation is valued while stage s+1 takes its last step.
 Every env sees the same observations and actions as under the sequential schedule; only the order
 of work changes (same trajectories for a deterministic policy).
 """
@@ -19,12 +21,17 @@ from embodrl.policies.base import ActOut
 class PipelinedSchedule(SyncSchedule):
     """T decisions of K stages, interleaved so that inference and simulation overlap."""
 
-    def run(self, obs: TensorDict) -> TensorDict:
+    def run(self, obs: TensorDict | None, states: torch.Tensor | None) -> tuple[TensorDict, torch.Tensor]:
         env, steps = self.env, self.buffer.num_steps
-        stage_obs = [obs[env.stage_slice(s)] for s in range(env.num_stages)]  # [N/K] each
+        if states is not None:  # stage s+1 resets while stage s infers its first actions
+            env.send_reset_to(states)
+        stage_obs = [None if obs is None else obs[env.stage_slice(s)] for s in range(env.num_stages)]  # [N/K]
         outs: list[ActOut] = []
+        last_values: list[torch.Tensor] = []  # V of each stage's final observation, while the next simulates
         version = self.next_decision()
         for s in range(env.num_stages):  # prime the pipeline: every stage gets its first actions
+            if states is not None:
+                stage_obs[s] = env.recv_reset(s)
             outs.append(self.rollout.act(stage_obs[s]))
             env.send_step(s, outs[s].actions, version, 0)
         for step in range(steps):
@@ -39,5 +46,7 @@ class PipelinedSchedule(SyncSchedule):
                 if step + 1 < steps:
                     outs[s] = self.rollout.act(stage_obs[s])
                     env.send_step(s, outs[s].actions, version, step + 1)
+                else:
+                    last_values.append(self.rollout.value(stage_obs[s]))
             self.buffer.add(torch.cat(parts))
-        return torch.cat(stage_obs)
+        return torch.cat(stage_obs), torch.cat(last_values)
