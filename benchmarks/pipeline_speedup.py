@@ -1,4 +1,4 @@
-"""Rollout engine speedups: sequential vs pipelined (K=2, K=4) vs async, on the tabletop suite with rgb.
+"""Rollout engine speedups: sequential vs pipelined (K=2, K=4, or `--stages`) vs async, on tabletop rgb.
 
 For each schedule: seconds per rollout of T decisions x N envs (best of R, timed in turns), the stage timers
 (t_sim: env stepping and rendering inside the env worker; t_inf: policy inference), and the
@@ -28,13 +28,18 @@ from embodrl.engine.env_client import StagedEnv
 from embodrl.engine.schedules import make_schedule
 from embodrl.train.rl_runner import build_policy
 
-MODES = {  # label -> engine overrides
-    "sequential": ["engine.schedule=sequential"],
-    "pipelined K=2": ["engine.schedule=pipelined", "engine.num_stages=2"],
-    "pipelined K=4": ["engine.schedule=pipelined", "engine.num_stages=4"],
-    "pipelined K=2 mp": ["engine.schedule=pipelined", "engine.num_stages=2", "engine.transport=multiprocess"],
-    "async K=2": ["engine.schedule=async", "engine.num_stages=2", "engine.max_staleness=1"],
-}
+
+def modes(stages: list[int]) -> dict[str, list[str]]:
+    """label -> engine overrides: sequential, pipelined for each K in `stages`, and the first K over the
+    multiprocess transport and under the async schedule."""
+    pipelined = {f"pipelined K={k}": ["engine.schedule=pipelined", f"engine.num_stages={k}"] for k in stages}
+    first = f"engine.num_stages={stages[0]}"
+    return {
+        "sequential": ["engine.schedule=sequential"],
+        **pipelined,
+        f"pipelined K={stages[0]} mp": ["engine.schedule=pipelined", first, "engine.transport=multiprocess"],
+        f"async K={stages[0]}": ["engine.schedule=async", first, "engine.max_staleness=1"],
+    }
 
 
 def experiment(args, engine: list[str]):
@@ -109,7 +114,7 @@ class Setup:
 
 def measure(args) -> dict[str, dict[str, float]]:
     """Rollouts timed in turns (round-robin), so a busy spell of the machine hits every schedule alike."""
-    setups = {label: Setup(args, engine) for label, engine in MODES.items()}
+    setups = {label: Setup(args, engine) for label, engine in modes(args.stages).items()}
     timed = [s for label, s in setups.items() if not label.startswith("async")]  # async needs an update
     for setup in timed:
         setup.time_rollout()  # warm-up: renderer contexts, allocator
@@ -197,6 +202,13 @@ def main() -> None:
         "--experiment", default="", help="a preset to measure instead of the CNN, e.g. pi0_flow_noise_nano"
     )
     parser.add_argument("--device", default="cpu", help="where the policy infers and trains (cuda on a GPU)")
+    parser.add_argument(
+        "--stages",
+        type=int,
+        nargs="+",
+        default=[2, 4],
+        help="pipeline stages K to measure (the first K also multiprocess and async)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=4, help="rollout + update loops for env-steps/s")
     parser.add_argument(
