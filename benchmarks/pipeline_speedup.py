@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import queue
 import time
 
 import torch
@@ -162,6 +163,23 @@ def stage_alone(kind: str, args, barrier, results, seconds: float) -> None:
     env.close()
 
 
+def next_result(results, procs: list) -> tuple[str, float]:
+    """The next probe's (kind, seconds); raises as soon as a probe process fails (its error is above),
+    stopping the other, which would wait for it at the barrier."""
+    while True:
+        try:
+            return results.get(timeout=1.0)
+        except queue.Empty:
+            failed = [proc for proc in procs if proc.exitcode not in (None, 0)]
+            if failed:
+                for proc in procs:
+                    proc.terminate()
+                raise RuntimeError(
+                    f"a probe process exited with code {failed[0].exitcode} (its error is above); "
+                    "--overlap-s 0 skips the probe"
+                ) from None
+
+
 def machine_overlap(args) -> dict[str, float]:
     """The stages' seconds alone and side by side in two processes that share nothing: how much the
     machine itself (cores, caches, memory, the renderer's threads) slows each stage when the other runs,
@@ -178,7 +196,7 @@ def machine_overlap(args) -> dict[str, float]:
         for proc in procs:
             proc.start()
         for _ in kinds:
-            kind, per_loop = results.get(timeout=600)
+            kind, per_loop = next_result(results, procs)
             seconds[kind + ("_together" if len(kinds) == 2 else "_alone")] = per_loop
         for proc in procs:
             proc.join()
