@@ -150,7 +150,10 @@ def stage_alone(kind: str, args, barrier, results, seconds: float) -> None:
     def loop() -> None:
         with torch.inference_mode():
             for _ in range(args.steps):
-                env.step(actions) if kind == "sim" else policy.act(obs)
+                if kind == "sim":
+                    env.step(actions)
+                else:
+                    policy.act(obs)
 
     loop()  # warm-up
     barrier.wait()
