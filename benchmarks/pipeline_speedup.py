@@ -206,6 +206,12 @@ def machine_overlap(args) -> dict[str, float]:
     return seconds
 
 
+def overlapped_speedup(t_sim: float, t_inf: float, slow_sim: float = 1.0, slow_inf: float = 1.0) -> float:
+    """Sequential time over perfectly overlapped time, (t_sim + t_inf) / max(t_sim, t_inf), with each
+    stage slowed by its factor while the other runs (1: the ideal)."""
+    return (t_sim + t_inf) / max(t_sim * slow_sim, t_inf * slow_inf)
+
+
 def main() -> None:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
@@ -248,12 +254,12 @@ def main() -> None:
     overlap = machine_overlap(args) if args.overlap_s > 0 else {}
     results = measure(args)
     seq = results["sequential"]
-    ideal = (seq["t_sim"] + seq["t_inf"]) / max(seq["t_sim"], seq["t_inf"])
+    ideal = overlapped_speedup(seq["t_sim"], seq["t_inf"])
     ceiling = float("nan")
     if overlap:  # the ideal with each stage slowed as much as its neighbour slowed it in the probe
         slow_sim = max(1.0, overlap["sim_together"] / overlap["sim_alone"])  # faster beside it: noise
         slow_inf = max(1.0, overlap["inf_together"] / overlap["inf_alone"])
-        ceiling = (seq["t_sim"] + seq["t_inf"]) / max(seq["t_sim"] * slow_sim, seq["t_inf"] * slow_inf)
+        ceiling = overlapped_speedup(seq["t_sim"], seq["t_inf"], slow_sim, slow_inf)
     what = args.experiment or f"Gaussian CNN {args.channels} on tabletop-basic"
     size = experiment(args, []).env.image_size
     print(

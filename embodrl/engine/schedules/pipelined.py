@@ -25,13 +25,12 @@ class PipelinedSchedule(SyncSchedule):
         env, steps = self.env, self.buffer.num_steps
         if states is not None:  # stage s+1 resets while stage s infers its first actions
             env.send_reset_to(states)
-        stage_obs = [None if obs is None else obs[env.stage_slice(s)] for s in range(env.num_stages)]  # [N/K]
+        stage_obs: list[TensorDict] = []  # [N/K] each
         outs: list[ActOut] = []
         last_values: list[torch.Tensor] = []  # V of each stage's final observation, while the next simulates
         version = self.next_decision()
         for s in range(env.num_stages):  # prime the pipeline: every stage gets its first actions
-            if states is not None:
-                stage_obs[s] = env.recv_reset(s)
+            stage_obs.append(env.recv_reset(s) if states is not None else obs[env.stage_slice(s)])
             outs.append(self.rollout.act(stage_obs[s]))
             env.send_step(s, outs[s].actions, version, 0)
         for step in range(steps):
