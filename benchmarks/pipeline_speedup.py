@@ -10,6 +10,8 @@ schedule overlaps the next rollout with the update. The ideal pipelined speedup 
     python benchmarks/pipeline_speedup.py --quick    # N=4, T=5, rgb 64
     python benchmarks/pipeline_speedup.py --experiment pi0_flow_noise_nano     # the nano pi0 VLA
     python benchmarks/pipeline_speedup.py --experiment openvla_oft_grpo_nano   # the nano OpenVLA-OFT
+    python benchmarks/pipeline_speedup.py --experiment openvla_oft_grpo_nano --image-size 128 \
+        --patch-size 16                                   # ... built for rgb 128 (64 image tokens)
     python benchmarks/pipeline_speedup.py --device cuda --num-envs 32          # inference on a GPU
 """
 
@@ -57,8 +59,10 @@ def experiment(args, engine: list[str]):
         f"device={args.device}",
         *engine,
     ]
-    if args.experiment:
-        return compose(args.experiment, common)
+    if args.experiment:  # a VLA preset's towers are built for the benchmark's images
+        towers = [f"policy.vla.image_size={args.image_size}"] if args.image_size else []
+        towers += [f"policy.vla.patch_size={args.patch_size}"] if args.patch_size else []
+        return compose(args.experiment, [*common, *towers])
     cnn = [
         "env.suite=tabletop-basic",
         "policy.family=gaussian",
@@ -223,6 +227,9 @@ def main() -> None:
         type=int,
         default=0,
         help="rgb size; default 128 for the CNN, the preset's for --experiment",
+    )
+    parser.add_argument(
+        "--patch-size", type=int, default=0, help="a VLA's ViT patch size (default: the preset's)"
     )
     parser.add_argument("--channels", default="[32,64,64,64]", help="CNN widths: the inference cost")
     parser.add_argument(

@@ -152,6 +152,10 @@ class VLAConfig:
     instructions: tuple[str, ...] = ()
     tokenizer_vocab_size: int = 512  # text tokens; must leave the last 256 ids free for action tokens
     max_instruction_tokens: int = 16  # fixed padded length, so positions never depend on the batch
+    # The vision towers' geometry for a new policy; 0 keeps the preset's (nano: 64 px in 8 px patches).
+    # The image tokens the language model reads grow as (image_size / patch_size) ** 2.
+    image_size: int = 0
+    patch_size: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.custom, dict):  # read back from config.json
@@ -159,6 +163,7 @@ class VLAConfig:
         check_choice("policy.vla.preset", self.preset, tuple(PRESETS))
         check_choice("policy.vla.prompt_format", self.prompt_format, PROMPT_FORMATS)
         check_positive("policy.vla.max_instruction_tokens", self.max_instruction_tokens)
+        self._check_tower_geometry()
         free = self.architecture.language.vocab_size - 256
         # the trained tokenizer only; the openvla format uses the checkpoint's own (Llama) tokenizer
         if self.prompt_format == "plain" and not 256 < self.tokenizer_vocab_size <= free:
@@ -167,6 +172,38 @@ class VLAConfig:
                 f"for preset {self.preset!r} (byte alphabet below, 256 action tokens above)"
             )
 
+    def _check_tower_geometry(self) -> None:
+        if self.image_size < 0 or self.patch_size < 0:
+            raise ConfigError(
+                f"policy.vla.image_size={self.image_size} and patch_size={self.patch_size} must be >= 0 "
+                "(0 keeps the preset's)"
+            )
+        if not (self.image_size or self.patch_size):
+            return
+        if self.custom is not None:  # the imported position embeddings fix the patch grid
+            raise ConfigError(
+                "policy.vla.image_size and patch_size apply to a new policy built from a preset; this "
+                "policy's architecture comes from an imported checkpoint, whose vision towers keep their "
+                "own size: set env.image_size to theirs instead"
+            )
+        for tower in self.architecture.vision_towers:
+            if tower.image_size % tower.patch_size:
+                raise ConfigError(
+                    f"policy.vla.image_size={tower.image_size} is not a multiple of the patch size "
+                    f"{tower.patch_size}; choose sizes that tile the image"
+                )
+
     @property
     def architecture(self) -> VLAArchitecture:
-        return self.custom if self.custom is not None else PRESETS[self.preset]
+        if self.custom is not None:
+            return self.custom
+        preset = PRESETS[self.preset]
+        if not (self.image_size or self.patch_size):
+            return preset
+        towers = tuple(
+            dataclasses.replace(
+                t, image_size=self.image_size or t.image_size, patch_size=self.patch_size or t.patch_size
+            )
+            for t in preset.vision_towers
+        )
+        return dataclasses.replace(preset, vision_towers=towers)

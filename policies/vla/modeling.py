@@ -144,7 +144,8 @@ class VLABackbone(nn.Module):
         if tuple(images.shape[1:3]) != (size, size):
             raise UserError(
                 f"images are {images.shape[1]}x{images.shape[2]} px but this VLA preset expects "
-                f"{size}x{size}; set the env's image size to {size}"
+                f"{size}x{size}; set env.image_size={size}, or build a new policy for these images "
+                f"with policy.vla.image_size={images.shape[1]}"
             )
         if shift > 0:
             images = random_shift(images, shift)

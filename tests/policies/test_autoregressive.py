@@ -8,8 +8,9 @@ from embodrl.errors import ConfigError, UserError
 from embodrl.policies.autoregressive.action_tokenizer import NUM_ACTION_TOKENS, ActionTokenizer
 from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
 from embodrl.policies.autoregressive.modeling import entropy, processed_log_probs
-from embodrl.policies.registry import load_policy
-from tests.policies.vla_testing import LOGPROB_SHAPES, A, C, N, S, build, make_obs
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.registry import load_policy, make_policy
+from tests.policies.vla_testing import INSTRUCTIONS, LOGPROB_SHAPES, A, C, N, S, build, make_obs
 
 
 def test_bins_round_trip_within_half_a_bin_on_the_last_256_ids():
@@ -80,6 +81,29 @@ def test_save_load_gives_identical_outputs(tmp_path, decoding):
     assert torch.equal(
         loaded.act(obs, deterministic=True).actions, policy.act(obs, deterministic=True).actions
     )
+
+
+def test_a_policy_built_for_larger_images_acts_and_reloads(tmp_path):
+    shapes = {"rgb": (128, 128, 3), "state": (S,)}
+    cfg = PolicyConfig.from_dict(
+        {
+            "family": "autoregressive",
+            "chunk_size": C,
+            "action_dim": A,
+            "obs_keys": ["rgb", "state"],
+            "action_normalization": "identity",
+            "vla": {"instructions": list(INSTRUCTIONS), "image_size": 128, "patch_size": 16},
+        }
+    )
+    policy = make_policy(cfg, shapes)
+    obs = make_obs().exclude("wrist_rgb", "privileged")
+    with pytest.raises(UserError, match="64x64 px but this VLA preset expects 128x128"):
+        policy.act(obs)
+    obs["rgb"] = torch.randint(0, 256, (N, 128, 128, 3), dtype=torch.uint8)
+    out = policy.act(obs)
+    policy.save_pretrained(tmp_path)
+    loaded = load_policy(tmp_path)
+    torch.testing.assert_close(loaded.evaluate(obs, out.replay).logprob, out.logprob, atol=1e-5, rtol=1e-5)
 
 
 def test_bad_replay_and_sft_batch_are_user_errors():

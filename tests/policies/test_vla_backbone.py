@@ -64,7 +64,7 @@ def test_wrong_image_size_and_missing_instruction_are_user_errors(backbone):
     del obs["instruction"]
     with pytest.raises(UserError, match="instruction"):
         backbone.embed_prefix(obs, torch.randn(N, S))
-    with pytest.raises(UserError, match="64x64"):
+    with pytest.raises(UserError, match="64x64.*policy.vla.image_size=32"):
         backbone.encode_images(torch.zeros(2, 32, 32, 3, dtype=torch.uint8))
 
 
@@ -73,6 +73,19 @@ def test_config_rejects_bad_preset_and_vocab():
         VLAConfig(preset="gpt5")
     with pytest.raises(ConfigError, match="tokenizer_vocab_size"):
         VLAConfig(tokenizer_vocab_size=1000)  # nano has 1024 ids: 256 must stay free for actions
+
+
+def test_tower_geometry_overrides_the_preset_and_is_checked():
+    towers = VLAConfig(image_size=128, patch_size=16).architecture.vision_towers
+    assert [(t.image_size, t.patch_size, t.num_patches) for t in towers] == [(128, 16, 64)]
+    assert VLAConfig(image_size=128).architecture.vision_towers[0].num_patches == 256  # nano's 8 px patches
+    assert VLAConfig().architecture == PRESETS["nano"]
+    with pytest.raises(ConfigError, match="multiple of the patch size"):
+        VLAConfig(image_size=100)
+    with pytest.raises(ConfigError, match=">= 0"):
+        VLAConfig(patch_size=-8)
+    with pytest.raises(ConfigError, match="imported checkpoint"):
+        VLAConfig(custom=PRESETS["nano"], image_size=128)
 
 
 def _count(module: torch.nn.Module) -> int:
