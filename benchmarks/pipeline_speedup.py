@@ -3,7 +3,8 @@
 For each schedule: seconds per rollout of T decisions x N envs (best of R, timed in turns), the stage timers
 (t_sim: env stepping and rendering inside the env worker; t_inf: policy inference), and the
 end-to-end env-steps/s of a training loop (rollout + PPO update + weight push), where the async
-schedule overlaps the next rollout with the update. The ideal pipelined speedup is
+schedule overlaps the next rollout with the update, and the same for `embodrl train` itself (a run
+per schedule, `--cli-iterations`). The ideal pipelined speedup is
 (t_sim + t_inf) / max(t_sim, t_inf) with t_sim, t_inf from the sequential run; "of bound" is each
 schedule's busiest stage over its rollout time, how close it came to the stage that bounds it.
 
@@ -19,9 +20,14 @@ schedule's busiest stage over its rollout time, how close it came to the stage t
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import queue
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -49,6 +55,11 @@ def modes(stages: list[int]) -> dict[str, list[str]]:
 def experiment(args, engine: list[str]):
     """The Gaussian CNN on tabletop-basic rgb, or a preset (a VLA with its language suite), with the
     benchmark's image size, env count and engine."""
+    return compose(args.experiment or None, overrides(args, engine))
+
+
+def overrides(args, engine: list[str]) -> list[str]:
+    """`experiment`'s overrides of the preset (or of the defaults, for the CNN)."""
     size = [f"env.image_size={args.image_size}"] if args.image_size else []  # else the preset's own
     common = [
         "env.obs_mode=rgb",
@@ -63,7 +74,7 @@ def experiment(args, engine: list[str]):
     if args.experiment:  # a VLA preset's towers are built for the benchmark's images
         towers = [f"policy.vla.image_size={args.image_size}"] if args.image_size else []
         towers += [f"policy.vla.patch_size={args.patch_size}"] if args.patch_size else []
-        return compose(args.experiment, [*common, *towers])
+        return [*common, *towers]
     cnn = [
         "env.suite=tabletop-basic",
         "policy.family=gaussian",
@@ -71,7 +82,7 @@ def experiment(args, engine: list[str]):
         "policy.chunk_size=1",
         f"policy.cnn_channels={args.channels}",
     ]
-    return compose(None, [*cnn, *common])
+    return [*cnn, *common]
 
 
 class Setup:
@@ -134,9 +145,35 @@ def measure(args) -> dict[str, dict[str, float]]:
             "t_sim": s.timings.get("env_step", float("nan")),
             "t_inf": s.timings.get("inference", float("nan")),
             "steps_per_s": s.train_rate(args.iterations),
+            "cli_steps_per_s": cli_rate(args, modes(args.stages)[label]) if args.cli_iterations else 0.0,
         }
         for label, s in setups.items()
     }
+
+
+def cli_rate(args, engine: list[str]) -> float:
+    """Env-steps/s of `embodrl train` itself with this engine, in its own process, evaluation off: its
+    metrics.jsonl's env steps over its time/wall (rollouts and updates), after the first iteration."""
+    with tempfile.TemporaryDirectory() as run_root:
+        train = [
+            f"train.iterations={args.cli_iterations}",
+            f"train.rollout_steps={args.steps}",
+            "train.eval_every=0",
+            "train.eval_episodes=1",
+            "train.videos=0",
+            "train.keep_best=false",
+            "train.torch_threads=1",
+            f"run_root={run_root}",
+        ]
+        preset = [args.experiment] if args.experiment else []
+        command = [sys.executable, "-m", "embodrl.cli", "train", *preset, *overrides(args, engine), *train]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"embodrl train failed ({' '.join(command[4:])}):\n{done.stderr[-3000:]}")
+        (metrics_file,) = Path(run_root).glob("*/*/metrics.jsonl")
+        rows = [json.loads(line) for line in metrics_file.read_text().splitlines()]
+    first, last = rows[0], rows[-1]
+    return (last["rollout/env_steps"] - first["rollout/env_steps"]) / (last["time/wall"] - first["time/wall"])
 
 
 def stage_alone(kind: str, args, barrier, results, seconds: float) -> None:
@@ -247,14 +284,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=4, help="rollout + update loops for env-steps/s")
     parser.add_argument(
+        "--cli-iterations",
+        type=int,
+        default=4,
+        help="iterations of `embodrl train` per schedule for its env-steps/s (0: skip; else at least 2)",
+    )
+    parser.add_argument(
         "--overlap-s",
         type=float,
         default=8.0,
         help="seconds each stage loops, alone and beside the other, for the machine's ceiling (0: skip)",
     )
     args = parser.parse_args()
+    if args.cli_iterations == 1:
+        parser.error("--cli-iterations must be 0 (skip) or at least 2: the first iteration is warm-up")
     if args.quick:
         args.num_envs, args.steps, args.image_size, args.repeats, args.iterations = 4, 5, 64, 2, 2
+        args.cli_iterations = min(args.cli_iterations, 2)
         args.overlap_s = min(args.overlap_s, 3.0)
     torch.set_num_threads(1)  # one core infers while the env worker steps on the other
     if not args.image_size and not args.experiment:
@@ -282,7 +328,8 @@ def main() -> None:
             f"ceiling {ceiling:.2f}x (the ideal with these slowdowns)"
         )
     header = f"{'schedule':<18}{'rollout s':>11}{'t_sim s':>9}{'t_inf s':>9}{'speedup':>9}{'of ideal':>10}"
-    print(header + f"{'of ceiling':>12}{'of bound':>10}{'train env-steps/s':>19}{'vs seq':>8}")
+    cli = f"{'embodrl train':>15}{'vs seq':>8}" if args.cli_iterations else ""
+    print(header + f"{'of ceiling':>12}{'of bound':>10}{'train env-steps/s':>19}{'vs seq':>8}{cli}")
     for label, r in results.items():
         if r["rollout_s"] < float("inf"):
             speedup = seq["rollout_s"] / r["rollout_s"]
@@ -296,7 +343,10 @@ def main() -> None:
             rollout = f"{times}{speedup:>8.2f}x{of_ideal:>9}{of_ceiling:>12}{of_bound:>10}"
         else:  # async: its rollouts overlap the updates, so only the training rate compares
             rollout = f"{'-':>11}{'-':>9}{'-':>9}{'-':>9}{'':>9}{'':>12}{'':>10}"
-        print(f"{label:<18}{rollout} {r['steps_per_s']:>18.1f}{r['steps_per_s'] / seq['steps_per_s']:>7.2f}x")
+        train = f"{r['steps_per_s']:>18.1f}{r['steps_per_s'] / seq['steps_per_s']:>7.2f}x"
+        if args.cli_iterations:
+            train += f"{r['cli_steps_per_s']:>15.1f}{r['cli_steps_per_s'] / seq['cli_steps_per_s']:>7.2f}x"
+        print(f"{label:<18}{rollout} {train}")
 
 
 if __name__ == "__main__":
