@@ -68,6 +68,9 @@ def overrides(args, engine: list[str]) -> list[str]:
         "env.num_threads=1",
         "algo.num_epochs=1",
         "algo.critic_warmup_iters=0",
+        # GRPO trains on every group, as once a policy succeeds at times: a fresh policy never succeeds,
+        # and the success filter would drop all its groups, leaving updates that cost nothing
+        "algo.grpo_success_range=null",
         f"device={args.device}",
         *engine,
     ]
