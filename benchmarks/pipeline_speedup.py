@@ -5,7 +5,8 @@ For each schedule: seconds per rollout of T decisions x N envs (best of R, timed
 end-to-end env-steps/s of a training loop (rollout + PPO update + weight push), where the async
 schedule overlaps the next rollout with the update, and the same for `embodrl train` itself (a run
 per schedule, `--cli-iterations`); GRPO presets train on every group (success filter off), so their
-updates cost what they do once a policy learns. The ideal pipelined speedup is
+updates cost what they do once a policy learns (GRPO scores whole episodes: keep T x chunk at least the
+episode length, T >= 10 for the OFT preset). The ideal pipelined speedup is
 (t_sim + t_inf) / max(t_sim, t_inf) with t_sim, t_inf from the sequential run; "of bound" is each
 schedule's busiest stage over its rollout time, how close it came to the stage that bounds it.
 
