@@ -40,6 +40,9 @@ class EngineConfig:
     # rollout_device that receives versioned weights after every update (async always uses a copy)
     placement: str = "colocated"
     rollout_device: str = ""  # "" = the experiment's device
+    # sync schedules: what a phase leaves idle waits in host memory (the optimizer state and gradients,
+    # and a disaggregated actor's weights, during rollouts; a disaggregated rollout copy during updates)
+    offload: bool = False
     env_timeout_s: float = 600.0  # an env worker silent for this long is reported as stalled
     max_retries: int = 2  # retries of an iteration whose env worker failed; then the error is raised
     # Under `torchrun --nproc_per_node=K -m embodrl.cli train`: how the K actor copies share the update
@@ -65,6 +68,16 @@ class EngineConfig:
             raise ConfigError(
                 "engine.schedule=pipelined overlaps simulation with inference, and engine.transport=inline "
                 "simulates on the inferring thread: use engine.transport=inproc or multiprocess"
+            )
+        if self.offload and self.schedule == "async":
+            raise ConfigError(
+                "engine.offload=true needs engine.schedule=sequential or pipelined: async rollouts run "
+                "during the updates, so nothing waits idle to offload"
+            )
+        if self.offload and self.data_parallel == "fsdp":
+            raise ConfigError(
+                "engine.offload=true does not apply with engine.data_parallel=fsdp, which shards the "
+                "weights and optimizer state instead; use engine.offload=false"
             )
         if self.data_parallel == "fsdp":
             self._check_lockstep()

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import time
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 
@@ -21,8 +22,9 @@ from embodrl.engine.env_client import StagedEnv
 from embodrl.engine.episode_tracker import mean_over_ranks
 from embodrl.engine.faults import collect_with_retries
 from embodrl.engine.full_state import UnshardedCopy, load_full_optimizer_state, load_full_weights
+from embodrl.engine.offload import PhaseOffload
 from embodrl.engine.schedules import make_schedule
-from embodrl.errors import UserError
+from embodrl.errors import ConfigError, UserError
 from embodrl.policies.config import overridden_by_checkpoint
 from embodrl.policies.finetune import prepare_finetuning
 from embodrl.policies.lora import group_of
@@ -141,6 +143,16 @@ class OnPolicyRunner:
         self.schedule = make_schedule(
             cfg.engine, self.env, self.policy, self.buffer, cfg.device, continue_episodes
         )
+        if cfg.engine.offload and distributed and not self.schedule.rollout.shared:
+            raise ConfigError(
+                "engine.offload=true with engine.placement=disaggregated would move the weights that "
+                "DistributedDataParallel holds; under torchrun use engine.placement=colocated (the "
+                "optimizer state still offloads)"
+            )
+        rollout_copy = None if self.schedule.rollout.shared else self.schedule.rollout.policy
+        self.offload = (
+            PhaseOffload(self.policy, self.algo.optimizer, rollout_copy) if cfg.engine.offload else None
+        )
         self.generators = {
             "minibatch": torch.Generator().manual_seed(cfg.seed),
             "init_states": torch.Generator().manual_seed(cfg.seed + 1),
@@ -242,11 +254,16 @@ class OnPolicyRunner:
 
     def _iterate(self) -> dict[str, float]:
         start = time.perf_counter()
-        rollout, failures = collect_with_retries(
-            self.schedule, self._initial_states, self.generators["init_states"], self.cfg.engine.max_retries
-        )
+        with self.offload.rollout_phase() if self.offload else nullcontext():
+            rollout, failures = collect_with_retries(
+                self.schedule,
+                self._initial_states,
+                self.generators["init_states"],
+                self.cfg.engine.max_retries,
+            )
         t_collect = time.perf_counter()
-        update = self.algo.update(rollout.buffer, self.iteration, self.generators["minibatch"])
+        with self.offload.update_phase() if self.offload else nullcontext():
+            update = self.algo.update(rollout.buffer, self.iteration, self.generators["minibatch"])
         t_update = time.perf_counter()
         steps = int(rollout.buffer.data["steps_executed"].sum())
         totals = sum_over_ranks({"steps": float(steps), "restarts": float(failures)})  # under torchrun
