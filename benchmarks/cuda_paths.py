@@ -102,6 +102,11 @@ def _train_jobs(
         Job("nano pi0, async (staleness 1)", [*nano, "engine=async"], 150),
         Job("nano pi0, multiprocess transport", [*nano, "engine=multiprocess"], 150),
         Job(
+            "nano pi0, disaggregated + offload",
+            [*nano, "engine.placement=disaggregated", "engine.offload=true"],
+            150,
+        ),
+        Job(
             "nano OpenVLA-OFT (autoregressive) GRPO",
             ["openvla_oft_grpo_nano", *common, "env.num_envs=8" if quick else "env.num_envs=16"],
             150,
