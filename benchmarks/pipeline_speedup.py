@@ -11,7 +11,7 @@ episode length, T >= 10 for the OFT preset). The ideal pipelined speedup is
 schedule's busiest stage over its rollout time, how close it came to the stage that bounds it.
 
     python benchmarks/pipeline_speedup.py            # N=8, T=10, rgb 128, Gaussian CNN policy
-    python benchmarks/pipeline_speedup.py --quick    # N=4, T=5, rgb 64
+    python benchmarks/pipeline_speedup.py --quick    # N=4 (a GRPO preset: one group), T=5, rgb 64
     python benchmarks/pipeline_speedup.py --experiment pi0_flow_noise_nano     # the nano pi0 VLA
     python benchmarks/pipeline_speedup.py --experiment openvla_oft_grpo_nano   # the nano OpenVLA-OFT
     python benchmarks/pipeline_speedup.py --experiment openvla_oft_grpo_nano --image-size 128 \
@@ -262,7 +262,9 @@ def overlapped_speedup(t_sim: float, t_inf: float, slow_sim: float = 1.0, slow_i
 def main() -> None:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
-    parser.add_argument("--quick", action="store_true", help="N=4, T=5, rgb 64, fewer repeats")
+    parser.add_argument(
+        "--quick", action="store_true", help="N=4 (a GRPO preset: one group), T=5, rgb 64, fewer repeats"
+    )
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=10, help="decisions per rollout (T)")
     parser.add_argument(
@@ -305,6 +307,9 @@ def main() -> None:
         parser.error("--cli-iterations must be 0 (skip) or at least 2: the first iteration is warm-up")
     if args.quick:
         args.num_envs, args.steps, args.image_size, args.repeats, args.iterations = 4, 5, 64, 2, 2
+        algo = compose(args.experiment, []).algo if args.experiment else None
+        if algo is not None and algo.name == "grpo":  # whole groups
+            args.num_envs = max(args.num_envs, algo.group_size)
         args.cli_iterations = min(args.cli_iterations, 2)
         args.overlap_s = min(args.overlap_s, 3.0)
     torch.set_num_threads(1)  # one core infers while the env worker steps on the other
