@@ -94,6 +94,7 @@ class Setup:
     """One schedule with its own env worker, policy and PPO, measured in turns with the others."""
 
     def __init__(self, args, engine: list[str]) -> None:
+        self.engine = engine  # the overrides, for the `embodrl train` run of the same schedule
         self.cfg = cfg = experiment(args, engine)
         self.env = StagedEnv(cfg.env, cfg.engine, device=cfg.device)
         torch.manual_seed(0)
@@ -150,7 +151,7 @@ def measure(args) -> dict[str, dict[str, float]]:
             "t_sim": s.timings.get("env_step", float("nan")),
             "t_inf": s.timings.get("inference", float("nan")),
             "steps_per_s": s.train_rate(args.iterations),
-            "cli_steps_per_s": cli_rate(args, modes(args.stages)[label]) if args.cli_iterations else 0.0,
+            "cli_steps_per_s": cli_rate(args, s.engine) if args.cli_iterations else 0.0,
         }
         for label, s in setups.items()
     }
