@@ -31,12 +31,14 @@ class PhaseOffload:
             p.grad = None
         devices = self._move_optimizer_state()
         actor_device = _device_of(self.actor)
-        if self.rollout_copy is not None:
+        idle_actor = self.rollout_copy is not None  # colocated, the actor itself acts
+        if idle_actor:
             self.actor.to(HOST)
         try:
             yield
         finally:
-            self.actor.to(actor_device)
+            if idle_actor:
+                self.actor.to(actor_device)
             self._restore_optimizer_state(devices)
 
     @contextmanager
