@@ -173,11 +173,8 @@ class VLAConfig:
             )
 
     def _check_tower_geometry(self) -> None:
-        if self.image_size < 0 or self.patch_size < 0:
-            raise ConfigError(
-                f"policy.vla.image_size={self.image_size} and patch_size={self.patch_size} must be >= 0 "
-                "(0 keeps the preset's)"
-            )
+        check_positive("policy.vla.image_size", self.image_size, allow_zero=True)  # 0: the preset's
+        check_positive("policy.vla.patch_size", self.patch_size, allow_zero=True)
         if not (self.image_size or self.patch_size):
             return
         if self.custom is not None:  # the imported position embeddings fix the patch grid
