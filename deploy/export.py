@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from embodrl.errors import UserError
+from embodrl.obs_keys import key_dtype
 from embodrl.policies.base import Policy
 from embodrl.policies.flow.sampling import euler_sample
 
@@ -75,8 +76,7 @@ def input_specs(policy: Policy) -> list[dict[str, Any]]:
     """Name, per-sample shape and dtype of each program input, in call order."""
     specs = []
     for key in policy.cfg.obs_keys:
-        dtype = "uint8" if key in ("rgb", "wrist_rgb") else "int64" if key == "task_id" else "float32"
-        specs.append({"name": key, "shape": list(policy.obs_shapes[key]), "dtype": dtype})
+        specs.append({"name": key, "shape": list(policy.obs_shapes[key]), "dtype": key_dtype(key)})
     if policy.family == "flow":
         specs.append({"name": "x0", "shape": list(policy.chunk_shape), "dtype": "float32"})
     return specs

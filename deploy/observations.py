@@ -12,6 +12,7 @@ from PIL import Image
 
 from embodrl.deploy.config import ObservationKeys
 from embodrl.deploy.runner import InputSpec
+from embodrl.obs_keys import IMAGE_KEYS
 
 MAX_PROMPT_CHARS = 4096
 
@@ -102,7 +103,7 @@ def to_observation(request: Any, keys: ObservationKeys, spec: dict[str, InputSpe
             raise RequestError(
                 f"request lacks {missing} (the policy's {key!r} input); it has {sorted(map(str, request))}"
             )
-        if key in ("rgb", "wrist_rgb"):
+        if key in IMAGE_KEYS:
             obs[key] = _image(request[names[0]], names[0], key_spec)
         elif key == "state":
             obs[key] = _state(request, names, key_spec)

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from embodrl.errors import UserError
-
-IMAGE_KEYS = ("rgb", "wrist_rgb")
+from embodrl.obs_keys import key_dtype
 
 
 @dataclass(frozen=True)
@@ -65,8 +64,7 @@ class CheckpointRunner(PolicyRunner):
         self.input_spec = {"instruction": InputSpec((), "str", optional=True)}
         for key in cfg.obs_keys:
             shape = tuple(self.policy.obs_shapes.get(key, ()))
-            dtype = "uint8" if key in IMAGE_KEYS else "int64" if key == "task_id" else "float32"
-            self.input_spec[key] = InputSpec(shape, dtype)
+            self.input_spec[key] = InputSpec(shape, key_dtype(key))
         self.family = self.policy.family
 
     def metadata(self) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import torch
 
 from embodrl.deploy.config import RobotConfig
 from embodrl.deploy.robot import RobotBase
+from embodrl.obs_keys import IMAGE_KEYS
 from embodrl.sims.config import EnvConfig
 from embodrl.sims.registry import make_env
 
@@ -42,7 +43,7 @@ class SimRobot(RobotBase):
         spec = self.env.observation_spec
         state_dim = spec["state"].shape[0]
         self.state_names = EE_FEATURES + tuple(f"state.{i}" for i in range(len(EE_FEATURES), state_dim))
-        self.cameras = [key for key in ("rgb", "wrist_rgb") if key in spec]
+        self.cameras = [key for key in IMAGE_KEYS if key in spec]
         self.action_names = self.env.action_spec.names
         self._rng = np.random.default_rng(cfg.seed)
         self.done = self.success = False

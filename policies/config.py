@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from embodrl.choices import check_choice, check_positive
 from embodrl.errors import ConfigError
+from embodrl.obs_keys import OBS_KEYS
 from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
 from embodrl.policies.diffusion.configuration import DiffusionConfig
 from embodrl.policies.flow.configuration import FlowConfig
@@ -25,8 +26,6 @@ LOGPROB_TYPES = (
     "chunk",
 )  # per action element [N,C,A] / summed over A [N,C] / over C,A [N]
 NORMALIZATIONS = ("mean_std", "quantile", "identity")  # quantile maps q01 -> -1 and q99 -> +1
-OBS_KEYS = ("rgb", "wrist_rgb", "state", "privileged", "task_id")
-IMAGE_KEYS = ("rgb", "wrist_rgb")
 
 
 @dataclass

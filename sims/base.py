@@ -1,4 +1,5 @@
-"""The VecEnv contract: every simulator and adapter returns these TensorDicts (DESIGN.md §2-3)."""
+"""The VecEnv contract: every simulator and adapter returns these TensorDicts, with the observation keys
+of embodrl/obs_keys.py (docs/architecture.md, "Contracts")."""
 
 from __future__ import annotations
 
@@ -10,14 +11,6 @@ import torch
 from tensordict import TensorDict, tensorclass
 
 from embodrl.errors import UserError
-
-# Observation keys (absent keys are simply absent):
-#   rgb        uint8   [N, H, W, 3]  main camera
-#   wrist_rgb  uint8   [N, H, W, 3]  wrist camera
-#   state      float32 [N, S]        proprioception
-#   privileged float32 [N, P]        sim-only state (object poses), for critics
-#   task_id    int64   [N]           index into env.instruction_table
-OBS_KEYS = ("rgb", "wrist_rgb", "state", "privileged", "task_id")
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodrl.errors import UserError
+from embodrl.obs_keys import VECTOR_KEYS
 
-OBS_KEYS = ("state", "privileged")  # vector observations with a Normalizer in every policy family
 Reduce = Callable[[torch.Tensor], torch.Tensor]  # float64 tensor -> its elementwise sum over ranks
 
 
@@ -69,7 +69,7 @@ class RunningObsNormalization:
     """Running mean/std of the observed vector keys, copied into the policy's mean_std normalizers."""
 
     def __init__(self, normalizers: Mapping[str, nn.Module]) -> None:
-        self.normalizers = {key: norm for key, norm in normalizers.items() if key in OBS_KEYS}
+        self.normalizers = {key: norm for key, norm in normalizers.items() if key in VECTOR_KEYS}
         if not self.normalizers:
             raise UserError(
                 "algo.obs_normalization=true, but the policy reads no state/privileged vector to normalize"

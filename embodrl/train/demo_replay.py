@@ -17,8 +17,8 @@ import torch
 from embodrl.data.chunk_dataset import ActionChunkDataset, collate_chunks
 from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.errors import UserError
+from embodrl.obs_keys import IMAGE_KEYS
 from embodrl.policies.base import Policy
-from embodrl.policies.config import IMAGE_KEYS
 from embodrl.sims.base import VecEnv
 from embodrl.train.evaluation import seeded_torch_rng
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from embodrl.obs_keys import IMAGE_KEYS
 from embodrl.policies.flow.action_expert import expert_shape
 from embodrl.policies.lora import group_of
 
@@ -102,7 +103,7 @@ def policy_stacks(policy: nn.Module) -> list[TransformerStack]:
     if cfg is None or getattr(policy, "prefix_encoder", None) is None:
         return []
     arch, vla = cfg.vla.architecture, cfg.vla
-    images = len([k for k in cfg.obs_keys if k in ("rgb", "wrist_rgb")])
+    images = len([k for k in cfg.obs_keys if k in IMAGE_KEYS])
     stacks = [
         ("vision", TransformerStack(images * t.num_patches, t.hidden_size, t.intermediate_size, t.num_layers))
         for t in arch.vision_towers

@@ -17,7 +17,8 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodrl.errors import UserError
-from embodrl.policies.config import IMAGE_KEYS, PolicyConfig
+from embodrl.obs_keys import IMAGE_KEYS
+from embodrl.policies.config import PolicyConfig
 from embodrl.policies.vla.modeling import VLABackbone, pool
 from embodrl.policies.vla.prefix import check_vla_obs_keys
 from embodrl.policies.vla.tokenizer import read_instructions, tokenize_instructions, train_tokenizer

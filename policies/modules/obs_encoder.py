@@ -9,7 +9,8 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodrl.errors import UserError
-from embodrl.policies.config import IMAGE_KEYS, PolicyConfig
+from embodrl.obs_keys import IMAGE_KEYS
+from embodrl.policies.config import PolicyConfig
 from embodrl.policies.modules.cnn import ImageEncoder, random_shift
 from embodrl.policies.normalization import Normalizer
 

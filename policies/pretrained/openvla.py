@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from embodrl.errors import UserError
+from embodrl.obs_keys import IMAGE_KEYS
 from embodrl.policies.autoregressive.modeling import AutoregressivePolicy
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.pretrained.timm_vit import UNUSED_PREFIXES, tower_from_timm, tower_to_timm
@@ -237,7 +238,7 @@ def import_openvla(
     if proprio is not None:
         loaded = torch.load(proprio, map_location="cpu", weights_only=True)
         proprio_state = {k.removeprefix("module."): v for k, v in loaded.items()}
-    images = ("rgb", "wrist_rgb")[: int(config.get("num_images_in_input", 1))]
+    images = IMAGE_KEYS[: int(config.get("num_images_in_input", 1))]
     size = arch.vision_towers[0].image_size
     shapes = {k: (size, size, 3) for k in images}
     if proprio_state:
@@ -318,7 +319,7 @@ def export_openvla(policy: AutoregressivePolicy, directory: str | Path, unnorm_k
         "timm_model_ids": ids,
         "image_sizes": [t.image_size for t in arch.vision_towers],
         "timm_override_act_layers": [None] * len(ids),
-        "num_images_in_input": len([k for k in policy.cfg.obs_keys if k in ("rgb", "wrist_rgb")]),
+        "num_images_in_input": len([k for k in policy.cfg.obs_keys if k in IMAGE_KEYS]),
         "pad_to_multiple_of": language.padded_vocab_size - language.vocab_size,
         "n_action_bins": 256,
         "text_config": {

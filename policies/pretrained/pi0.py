@@ -24,7 +24,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from embodrl.errors import UserError
-from embodrl.policies.config import IMAGE_KEYS, PolicyConfig
+from embodrl.obs_keys import IMAGE_KEYS, STATE
+from embodrl.policies.config import PolicyConfig
 from embodrl.policies.flow.action_expert import expert_shape
 from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.flow.modeling import FlowPolicy
@@ -273,7 +274,7 @@ def import_pi0(
     fmt: str = "openpi",
     *,
     tokenizer_dir: str | Path | None = None,
-    obs_keys: tuple[str, ...] = ("rgb", "wrist_rgb", "state"),
+    obs_keys: tuple[str, ...] = (*IMAGE_KEYS, STATE),
     chunk_size: int | None = None,
     likelihood: str = "noise",
     num_steps: int = 10,

@@ -9,12 +9,13 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodrl.errors import ConfigError, UserError
+from embodrl.obs_keys import IMAGE_KEYS, RGB, STATE, WRIST_RGB
 from embodrl.policies.checkpoint import CheckpointMixin
-from embodrl.policies.config import IMAGE_KEYS, PolicyConfig
+from embodrl.policies.config import PolicyConfig
 from embodrl.policies.vla.modeling import Prefix, VLABackbone
 from embodrl.policies.vla.tokenizer import load_tokenizer, train_tokenizer
 
-VLA_OBS_KEYS = ("rgb", "wrist_rgb", "state")
+VLA_OBS_KEYS = (RGB, WRIST_RGB, STATE)
 
 
 def check_vla_obs_keys(cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]]) -> None:

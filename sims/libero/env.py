@@ -19,6 +19,7 @@ import torch
 from tensordict import TensorDict
 
 from embodrl.errors import UserError
+from embodrl.obs_keys import IMAGE_KEYS, RGB
 from embodrl.sims.base import ActionSpec, StepResult, TensorSpec, VecEnv
 from embodrl.sims.config import EnvConfig
 from embodrl.sims.libero.loader import load_suite, select_tasks
@@ -43,7 +44,7 @@ class LiberoVecEnv(VecEnv):
         self._instructions = [t.language for t in tasks]
         task_of_env = [chosen[i * len(chosen) // cfg.num_envs] for i in range(cfg.num_envs)]
         self._num_init = min(len(tasks[t].init_states) for t in task_of_env)
-        cameras = ("rgb", "wrist_rgb") if cfg.wrist_camera else ("rgb",)
+        cameras = IMAGE_KEYS if cfg.wrist_camera else (RGB,)
         self._cameras = cameras if cfg.obs_mode == "rgb" else ()
         specs = [
             TaskEnvSpec(

@@ -9,7 +9,8 @@ import torch
 from tensordict import TensorDict
 
 from embodrl.errors import UserError
-from embodrl.sims.base import OBS_KEYS, StepResult, VecEnv
+from embodrl.obs_keys import OBS_KEYS
+from embodrl.sims.base import StepResult, VecEnv
 
 
 def _check_obs(env: VecEnv, obs: TensorDict) -> None:
