@@ -1,15 +1,15 @@
 """Export a policy's deterministic action path to TorchScript or ONNX, runnable without embodrl.
 
-Exportable families: `gaussian` (the mean chunk) and `flow` with `flow.conditioning=mlp` (K Euler steps
-of the velocity MLP, the plain ODE that `act(deterministic=True)` runs). Refused: `autoregressive` and
-`diffusion` (token decoding and text prompts over the VLA backbone) and `flow` with `conditioning=vla`
-(pi0's expert over a VLA prefix cache); serve those with `embodrl serve` instead.
+The policy gives the program (`Policy.action_program`): today the gaussian family (the mean chunk) and
+flow with `flow.conditioning=mlp` (K Euler steps of the velocity MLP, the plain ODE that
+`act(deterministic=True)` runs). The others decode over a VLA backbone with text prompts and refuse;
+serve those with `embodrl serve` instead.
 
 The exported program takes plain tensors, the policy's `obs_keys` in order: `state` [N, S] and
-`privileged` [N, P] float32, `rgb` / `wrist_rgb` uint8 [N, H, W, 3], `task_id` int64 [N]; flow
-programs then take `x0` [N, C, A] float32, the noise at t = 1 (`act` draws it from N(0, I); zeros
-give a chunk that depends on nothing but the observation). The output is `actions` [N, C, A] float32
-in env units: normalization is inside. `export.json` next to the file lists inputs and outputs; a
+`privileged` [N, P] float32, `rgb` / `wrist_rgb` uint8 [N, H, W, 3], `task_id` int64 [N]; then the
+program's extra inputs (flow: `x0` [N, C, A] float32, the noise at t = 1; `act` draws it from N(0, I),
+zeros give a chunk that depends on nothing but the observation). The output is `actions` [N, C, A]
+float32 in env units: normalization is inside. `export.json` next to the file lists inputs and outputs; a
 TorchScript file also carries it (`torch.jit.load(path, _extra_files={"export.json": ""})`).
 """
 
@@ -21,65 +21,24 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from embodrl.errors import UserError
 from embodrl.obs_keys import key_dtype
-from embodrl.policies.base import Policy
-from embodrl.policies.flow.sampling import euler_sample
+from embodrl.policies.base import ActionProgram, Policy
 
 FORMATS = {"torchscript": "policy.pt", "onnx": "policy.onnx"}  # format -> file name in the output folder
 METADATA_FILE = "export.json"
-EXPORTABLE = "gaussian, flow (flow.conditioning=mlp)"
 EXAMPLE_BATCH = 2  # traced with 2 rows; the batch dimension stays dynamic
 
 
-class ActionProgram(nn.Module):
-    """Observation tensors (then x0 for flow) -> actions [N, C, A] in env units: what the export runs.
-
-    Holds only the actor's modules (encoder, actor or velocity net, normalizers), not the critic.
-    """
-
-    def __init__(self, policy: Policy) -> None:
-        super().__init__()
-        check_exportable(policy)
-        cfg = policy.cfg
-        self.family, self.obs_keys, self.chunk_shape = policy.family, cfg.obs_keys, policy.chunk_shape
-        self.encoder, self.normalizers = policy.encoder, policy.normalizers
-        self.actor = policy.actor if self.family == "gaussian" else policy.velocity_net
-        self.num_steps = cfg.flow.num_steps
-
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        features = self.encoder.encode(dict(zip(self.obs_keys, inputs, strict=False)))  # [N, F]
-        if self.family == "gaussian":
-            action_norm = self.actor(features).view(-1, *self.chunk_shape)  # the Gaussian's mean
-        else:
-            x0 = inputs[-1]  # [N, C, A]
-            action_norm = euler_sample(lambda x, t: self.actor(features, x, t), x0, self.num_steps)
-        return self.normalizers["action"].unnormalize(action_norm)  # [N, C, A]
-
-
-def check_exportable(policy: Policy) -> None:
-    """Raise a UserError unless the policy's deterministic path is a fixed tensor program."""
-    family = policy.family
-    conditioning = policy.cfg.flow.conditioning
-    if family == "gaussian" or (family == "flow" and conditioning == "mlp"):
-        return
-    what = f"flow with flow.conditioning={conditioning}" if family == "flow" else family
-    raise UserError(
-        f"a {what} policy cannot be exported (it decodes over a VLA backbone with text prompts); "
-        f"exportable families: {EXPORTABLE}. Serve it with `embodrl serve CHECKPOINT` instead"
-    )
-
-
-def input_specs(policy: Policy) -> list[dict[str, Any]]:
-    """Name, per-sample shape and dtype of each program input, in call order."""
-    specs = []
-    for key in policy.cfg.obs_keys:
-        specs.append({"name": key, "shape": list(policy.obs_shapes[key]), "dtype": key_dtype(key)})
-    if policy.family == "flow":
-        specs.append({"name": "x0", "shape": list(policy.chunk_shape), "dtype": "float32"})
-    return specs
+def input_specs(policy: Policy, program: ActionProgram) -> list[dict[str, Any]]:
+    """Name, per-sample shape and dtype of each program input, in call order: the observation keys, then
+    the program's extra inputs."""
+    specs = [
+        {"name": key, "shape": list(policy.obs_shapes[key]), "dtype": key_dtype(key)}
+        for key in policy.cfg.obs_keys
+    ]
+    return specs + [{"name": x.name, "shape": list(x.shape), "dtype": x.dtype} for x in program.extra_inputs]
 
 
 def example_inputs(specs: list[dict[str, Any]], batch: int = EXAMPLE_BATCH) -> tuple[torch.Tensor, ...]:
@@ -105,8 +64,8 @@ def export_policy(policy: Policy, output: str | Path, fmt: str, device: str = "c
     """
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    program = ActionProgram(policy.to(device).eval()).eval()
-    specs = input_specs(policy)
+    program = policy.to(device).eval().action_program().eval()  # a UserError when not exportable
+    specs = input_specs(policy, program)
     metadata = {
         "family": policy.family,
         "format": fmt,

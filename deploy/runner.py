@@ -51,7 +51,7 @@ class CheckpointRunner(PolicyRunner):
     """An embodrl policy checkpoint, run deterministically (the policy's mean/greedy action chunk)."""
 
     def __init__(self, directory: str | Path, device: str = "cpu") -> None:
-        from embodrl.policies.registry import load_policy
+        from embodrl.policies.loading import load_policy
 
         self.policy = load_policy(directory, device=device).eval()
         cfg = self.policy.cfg

@@ -162,7 +162,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from embodrl.config import compose
-    from embodrl.policies.registry import load_policy
+    from embodrl.policies.loading import load_policy
     from embodrl.sims.registry import make_env
     from embodrl.train.evaluation import evaluate_policy, summarize
 

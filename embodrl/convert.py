@@ -29,8 +29,8 @@ def _openvla_import(source: Path, output: Path, **options: Any) -> None:
 
 
 def _openvla_export(source: Path, output: Path, **options: Any) -> None:
+    from embodrl.policies.loading import load_policy
     from embodrl.policies.pretrained.openvla import export_openvla
-    from embodrl.policies.registry import load_policy
 
     export_openvla(load_policy(source), output, **options)
 
@@ -42,14 +42,15 @@ def _pi0_import(source: Path, output: Path, **options: Any) -> None:
 
 
 def _pi0_export(source: Path, output: Path, **options: Any) -> None:
+    from embodrl.policies.loading import load_policy
     from embodrl.policies.pretrained.pi0 import export_pi0
-    from embodrl.policies.registry import load_policy
 
     export_pi0(load_policy(source), output, **options)
 
 
 def _merge_lora(source: Path, output: Path) -> None:
-    from embodrl.policies.lora import load_lora_checkpoint, merge_lora
+    from embodrl.policies.loading import load_lora_checkpoint
+    from embodrl.policies.lora import merge_lora
 
     policy, _ = load_lora_checkpoint(source)
     merge_lora(policy).save_pretrained(output)
@@ -57,7 +58,7 @@ def _merge_lora(source: Path, output: Path) -> None:
 
 def _export(fmt: str, source: Path, output: Path, device: str = "cpu") -> None:
     from embodrl.deploy.export import export_policy
-    from embodrl.policies.registry import load_policy
+    from embodrl.policies.loading import load_policy
 
     export_policy(load_policy(source), output, fmt, device)
 

@@ -1,14 +1,32 @@
-"""The Policy contract every family implements (DESIGN.md §3), in the spirit of RLinf's forward_inputs."""
+"""The Policy contract: everything generic code (engine, train, algos, deploy) may ask of a policy.
+
+Generic code never names a family; it asks this class. A family subclasses `Policy`, calls its
+constructor first (config, observation shapes, chunk shape, normalizers), builds its networks, and
+implements `act`, `evaluate`, `value` and `sft_loss`. Checkpoints (`save_pretrained` /
+`from_pretrained`) are the same folder for every family (policies/checkpoint.py). The hooks
+`transformer_stacks` (memory estimate) and `action_program` (export) have defaults that fit a family
+without transformers and without an exportable action path. docs/architecture.md, "Contracts", shows
+where each method is called.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from tensordict import TensorDict
 from torch import nn
+
+from embodrl.errors import UserError
+from embodrl.policies.checkpoint import read_checkpoint, write_checkpoint
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.modules.mlp import ValueHead
+from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
 
 
 @dataclass
@@ -30,13 +48,79 @@ class EvalOut:
     value: torch.Tensor  # [N]
 
 
+@dataclass(frozen=True)
+class TransformerStack:
+    """A stack of transformer layers and the tokens it sees per sample (for the activation estimate)."""
+
+    tokens: int
+    hidden: int
+    intermediate: int
+    layers: int
+
+
+@dataclass(frozen=True)
+class ProgramInput:
+    """One input of an exported action program besides the observation keys: name, per-sample shape, dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # "float32" | "int64" | "uint8"
+
+
+class ActionProgram(nn.Module, ABC):
+    """A policy's deterministic action path as a fixed tensor program (what `embodrl export` traces).
+
+    Inputs: the policy's `obs_keys` in order as plain tensors, then `extra_inputs`. Output: actions
+    [N, C, A] float32 in env units (normalization inside). Holds the actor's modules only."""
+
+    extra_inputs: tuple[ProgramInput, ...] = ()
+
+    def __init__(self, policy: Policy, encoder: ObsEncoder) -> None:
+        super().__init__()
+        self.obs_keys, self.encoder, self.normalizers = policy.cfg.obs_keys, encoder, policy.normalizers
+
+    @abstractmethod
+    def normalized_actions(self, features: torch.Tensor, extra: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Observation features [N, F] (and the extra inputs) -> normalized actions [N, C, A]."""
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        count = len(self.obs_keys)
+        features = self.encoder.encode(dict(zip(self.obs_keys, inputs[:count], strict=True)))  # [N, F]
+        return self.normalizers["action"].unnormalize(self.normalized_actions(features, inputs[count:]))
+
+
+def not_exportable(what: str) -> UserError:
+    """The error of `Policy.action_program` for a policy that decodes over a VLA backbone."""
+    return UserError(
+        f"a {what} policy cannot be exported (it decodes over a VLA backbone with text prompts); "
+        "exportable families: gaussian, flow (flow.conditioning=mlp). Serve it with "
+        "`embodrl serve CHECKPOINT` instead"
+    )
+
+
 class Policy(nn.Module, ABC):
     """A policy family behind one interface; generic code never branches on the family.
 
-    Observations are TensorDicts [N] with the keys of DESIGN.md §2 (`rgb`, `wrist_rgb`, `state`,
-    `task_id`, `privileged`); language policies also read `instruction` (a list of N strings that
-    the caller adds from `env.instructions(obs["task_id"])`).
+    Observations are TensorDicts [N] with the keys of embodrl/obs_keys.py. A language policy reads its
+    instruction from `obs["instruction"]` (N strings) when present, as a served policy receives it,
+    and otherwise looks it up from `obs["task_id"]` in the env's instruction table, which
+    `set_instruction_table` gives it.
     """
+
+    family: ClassVar[str]  # its name in policies/registry.py, written into every checkpoint
+
+    def __init__(
+        self, cfg: PolicyConfig, obs_shapes: Mapping[str, tuple[int, ...]], device: str = "cpu"
+    ) -> None:
+        """What every family holds: its config, the per-env observation shapes it was built for, the
+        action chunk shape [C, A] and the normalizers saved with it. A family moves itself to `device`
+        once its networks are built."""
+        super().__init__()
+        self.cfg, self.obs_shapes = cfg, dict(obs_shapes)
+        self.chunk_shape = (cfg.chunk_size, cfg.action_dim)
+        self.normalizers = make_normalizers(cfg, self.obs_shapes)
+
+    # -- acting and learning -----------------------------------------------------------------------
 
     @abstractmethod
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut: ...
@@ -48,19 +132,73 @@ class Policy(nn.Module, ABC):
     def value(self, obs: TensorDict) -> torch.Tensor:
         """V(s) [N], used to bootstrap truncated episodes."""
 
+    @abstractmethod
+    def sft_loss(self, batch: TensorDict) -> torch.Tensor:
+        """Behaviour-cloning loss on a batch with observation keys and `action` [B, C, A]."""
+
     def critic_parameters(self) -> list[nn.Parameter]:
         """Parameters trained by the value loss alone (critic learning rate): the modules named
         `critic` and `value_encoder`; everything else is the actor's."""
         return [p for name, p in self.named_parameters() if name.startswith(("critic.", "value_encoder."))]
 
-    @abstractmethod
-    def sft_loss(self, batch: TensorDict) -> torch.Tensor:
-        """Behaviour-cloning loss on a batch with observation keys and `action` [B, C, A]."""
+    # -- data the policy is told -------------------------------------------------------------------
 
-    @abstractmethod
+    @property
+    def device(self) -> torch.device:
+        return self.normalizers["action"].mean.device
+
+    def set_normalization(self, stats: Mapping[str, Mapping]) -> None:
+        """Set stats per key ("state", "privileged", "action": {mean, std, q01, q99}); others are ignored."""
+        for key, key_stats in stats.items():
+            if key in self.normalizers:
+                self.normalizers[key].set_stats(key_stats)
+
+    def set_instruction_table(self, instructions: Sequence[str]) -> None:
+        """The env's instruction table (policy.vla.instructions), through which a language policy reads its
+        prompt by obs["task_id"]; an imported checkpoint comes without one."""
+        self.cfg = dataclasses.replace(
+            self.cfg, vla=dataclasses.replace(self.cfg.vla, instructions=tuple(instructions))
+        )
+
+    # -- hooks for memory estimation and export ----------------------------------------------------
+
+    def transformer_stacks(self) -> list[tuple[str, TransformerStack]]:
+        """The transformer stacks a training step runs, in forward order, each with its parameter group
+        ("vision", "language", "action_head"; policies/lora.py); none for a policy without transformers."""
+        return []
+
+    def action_program(self) -> ActionProgram:
+        """The deterministic action path as a traceable program; raises a UserError when it is not one."""
+        raise not_exportable(self.family)
+
+    # -- checkpoints -------------------------------------------------------------------------------
+
     def save_pretrained(self, directory: str | Path) -> None:
-        """Write config.json + model.safetensors + normalization stats."""
+        """Write config.json, model.safetensors and normalization.safetensors into `directory`."""
+        write_checkpoint(directory, self.family, self.cfg, self.obs_shapes, self.state_dict())
 
     @classmethod
-    @abstractmethod
-    def from_pretrained(cls, directory: str | Path, device: str = "cpu") -> Policy: ...
+    def from_pretrained(cls, directory: str | Path, device: str = "cpu") -> Policy:
+        """Rebuild the policy saved in `directory` on `device`."""
+        cfg, obs_shapes, state = read_checkpoint(directory, cls.family, device)
+        policy = cls(cfg, obs_shapes, device=device)
+        policy.load_state_dict(state)
+        return policy
+
+    # -- building blocks the families share --------------------------------------------------------
+
+    def _make_value_encoder(self) -> ObsEncoder | None:
+        """The critic's own encoder when `policy.value_obs_keys` is set (e.g. privileged state), else None."""
+        if not self.cfg.value_obs_keys:
+            return None
+        return ObsEncoder(self.cfg, self.cfg.value_obs_keys, self.obs_shapes, self.normalizers)
+
+    def _make_critic(self, actor_feature_dim: int) -> ValueHead:
+        """V(s) on the value encoder's features, or on the actor's when the critic has no encoder (build
+        `value_encoder` first)."""
+        in_dim = self.value_encoder.out_dim if self.value_encoder is not None else actor_feature_dim
+        return ValueHead(in_dim, self.cfg.value_hidden_dims)
+
+    def _value(self, obs: TensorDict, features: torch.Tensor | None) -> torch.Tensor:
+        """V(s) [N] from the actor's `features`, or from the value encoder (then `features` may be None)."""
+        return self.critic(features if self.value_encoder is None else self.value_encoder(obs))

@@ -1,15 +1,13 @@
-"""Checkpoint folders shared by the families: config.json, model.safetensors, normalization.safetensors.
+"""The checkpoint folder every family writes: config.json, model.safetensors, normalization.safetensors.
 
-A family class mixes this in and provides `family` (its registry name), `cfg` (PolicyConfig),
-`obs_shapes` and `normalizers` (an nn.ModuleDict of Normalizer), and takes
-`(cfg, obs_shapes, device)` in its constructor.
+A LoRA checkpoint adds adapter_config.json and adapter_model.safetensors (policies/lora.py); the
+loaders that pick a family's class from config.json are in policies/loading.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -21,6 +19,8 @@ from embodrl.policies.config import PolicyConfig
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 NORMALIZATION_FILE = "normalization.safetensors"
+ADAPTER_CONFIG_FILE = "adapter_config.json"  # marks a LoRA checkpoint
+ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 NORM_PREFIX = "normalizers."
 
 
@@ -50,57 +50,49 @@ def read_config(directory: str | Path, family: str) -> tuple[PolicyConfig, dict[
     if data.get("family") != family:
         raise UserError(
             f"{directory} holds a {data.get('family')!r} policy, not {family!r}; "
-            "load it with embodrl.policies.registry.load_policy"
+            "load it with embodrl.policies.loading.load_policy"
         )
     shapes = {key: tuple(shape) for key, shape in data["obs_shapes"].items()}
     return PolicyConfig.from_dict(data["policy"]), shapes
 
 
-class CheckpointMixin:
-    """`save_pretrained` / `from_pretrained` / `set_normalization` for any family."""
+def write_checkpoint(
+    directory: str | Path,
+    family: str,
+    cfg: PolicyConfig,
+    obs_shapes: Mapping[str, tuple[int, ...]],
+    state_dict: Mapping[str, torch.Tensor],
+) -> None:
+    """Write config.json, model.safetensors and normalization.safetensors into `directory`."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {
+        "family": family,
+        "policy": cfg.to_dict(),
+        "obs_shapes": {key: list(shape) for key, shape in obs_shapes.items()},
+    }
+    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2))
+    state = {key: value.detach().cpu().contiguous() for key, value in state_dict.items()}
+    norm = {k.removeprefix(NORM_PREFIX): v for k, v in state.items() if k.startswith(NORM_PREFIX)}
+    weights = {k: v for k, v in state.items() if not k.startswith(NORM_PREFIX)}
+    save_file(weights, str(directory / WEIGHTS_FILE))
+    save_file(norm, str(directory / NORMALIZATION_FILE))
 
-    family: str
 
-    @property
-    def device(self) -> torch.device:
-        return self.normalizers["action"].mean.device
+def read_checkpoint(
+    directory: str | Path, family: str, device: str = "cpu"
+) -> tuple[PolicyConfig, dict[str, tuple[int, ...]], dict[str, torch.Tensor]]:
+    """The config, observation shapes and whole state dict (normalizers included) of a `family` checkpoint."""
+    cfg, obs_shapes = read_config(directory, family)
+    state = load_file(str(Path(directory) / WEIGHTS_FILE), device=str(device))
+    norm = load_file(str(Path(directory) / NORMALIZATION_FILE), device=str(device))
+    state.update({NORM_PREFIX + key: value for key, value in norm.items()})
+    return cfg, obs_shapes, state
 
-    def set_normalization(self, stats: Mapping[str, Mapping]) -> None:
-        """Set stats per key ("state", "privileged", "action": {mean, std, q01, q99}); others are ignored."""
-        for key, key_stats in stats.items():
-            if key in self.normalizers:
-                self.normalizers[key].set_stats(key_stats)
 
-    def set_instruction_table(self, instructions: Sequence[str]) -> None:
-        """The env's instruction table (policy.vla.instructions), through which a language policy reads its
-        prompt by obs["task_id"]; an imported checkpoint comes without one."""
-        self.cfg = dataclasses.replace(
-            self.cfg, vla=dataclasses.replace(self.cfg.vla, instructions=tuple(instructions))
-        )
-
-    def save_pretrained(self, directory: str | Path) -> None:
-        """Write config.json, model.safetensors and normalization.safetensors into `directory`."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        config = {
-            "family": self.family,
-            "policy": self.cfg.to_dict(),
-            "obs_shapes": {key: list(shape) for key, shape in self.obs_shapes.items()},
-        }
-        (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2))
-        state = {key: value.detach().cpu().contiguous() for key, value in self.state_dict().items()}
-        norm = {k.removeprefix(NORM_PREFIX): v for k, v in state.items() if k.startswith(NORM_PREFIX)}
-        weights = {k: v for k, v in state.items() if not k.startswith(NORM_PREFIX)}
-        save_file(weights, str(directory / WEIGHTS_FILE))
-        save_file(norm, str(directory / NORMALIZATION_FILE))
-
-    @classmethod
-    def from_pretrained(cls, directory: str | Path, device: str = "cpu"):
-        """Rebuild the policy saved in `directory` on `device`."""
-        cfg, obs_shapes = read_config(directory, cls.family)
-        policy = cls(cfg, obs_shapes, device=device)
-        state = load_file(str(Path(directory) / WEIGHTS_FILE), device=str(device))
-        norm = load_file(str(Path(directory) / NORMALIZATION_FILE), device=str(device))
-        state.update({NORM_PREFIX + key: value for key, value in norm.items()})
-        policy.load_state_dict(state)
-        return policy
+def checkpoint_family(directory: str | Path) -> str:
+    """The family name a checkpoint folder's config.json records."""
+    path = Path(directory) / CONFIG_FILE
+    if not path.is_file():
+        raise not_a_checkpoint(directory)
+    return json.loads(path.read_text()).get("family")

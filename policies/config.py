@@ -1,7 +1,7 @@
 """Policy configuration: fields shared by every family plus one nested dataclass per family (torch-free).
 
-Adding a family: import its configuration dataclass below and add one field named after the family
-(the same name as its `FAMILIES` entry in registry.py).
+Adding a family: one `FAMILIES` line below ("name": "module:Class", imported lazily by registry.py),
+then import its configuration dataclass and add one `PolicyConfig` field of the same name.
 """
 
 from __future__ import annotations
@@ -17,9 +17,15 @@ from embodrl.policies.diffusion.configuration import DiffusionConfig
 from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.gaussian.configuration import GaussianConfig
 from embodrl.policies.lora_config import LoRAConfig
-from embodrl.policies.registry import FAMILIES
 from embodrl.policies.vla.configuration import VLAConfig
 
+# family name -> "module:Class" of its Policy subclass
+FAMILIES: dict[str, str] = {
+    "gaussian": "embodrl.policies.gaussian.modeling:GaussianPolicy",
+    "flow": "embodrl.policies.flow.modeling:FlowPolicy",
+    "autoregressive": "embodrl.policies.autoregressive.modeling:AutoregressivePolicy",
+    "diffusion": "embodrl.policies.diffusion.modeling:DiffusionPolicy",
+}
 LOGPROB_TYPES = (
     "token",
     "action",
@@ -32,7 +38,7 @@ NORMALIZATIONS = ("mean_std", "quantile", "identity")  # quantile maps q01 -> -1
 class PolicyConfig:
     """Which family, what it observes, how it acts and how its log-probs are grouped."""
 
-    family: str = "flow"  # `FAMILIES` in policies/registry.py
+    family: str = "flow"  # a `FAMILIES` name
     init_from: str | None = None  # a checkpoint folder (e.g. from `embodrl sft`) to start from instead
     chunk_size: int = 4  # C actions per decision, executed open-loop
     action_dim: int = 7  # A, must match the env's action_spec.dim

@@ -6,8 +6,8 @@ critic (`critic.`, `value_encoder.`) always trains. Adapters are injected in pla
 (`peft.inject_adapter_in_model`), so the policy keeps its class and its act/evaluate contract.
 
 A LoRA checkpoint is a plain policy checkpoint whose model.safetensors holds the base weights, plus
-adapter_config.json and adapter_model.safetensors: `load_policy` merges the adapters (eval, serve,
-`policy.init_from`), `load_policy(..., merge_adapters=False)` keeps them trainable (resume), and
+adapter_config.json and adapter_model.safetensors: `load_policy` (loading.py) merges the adapters (eval,
+serve, `policy.init_from`), `load_policy(..., merge_adapters=False)` keeps them trainable (resume), and
 `embodrl convert merge-lora` writes the merged plain checkpoint.
 """
 
@@ -22,9 +22,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from embodrl.errors import UserError
-from embodrl.policies.checkpoint import WEIGHTS_FILE
+from embodrl.policies.checkpoint import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, WEIGHTS_FILE
 from embodrl.policies.lora_config import LoRAConfig
-from embodrl.policies.registry import ADAPTER_CONFIG_FILE, load_base_policy
 
 GROUP_PREFIXES = {
     # a VLA's vision towers and projector; the CNN image encoders of the MLP policies' ObsEncoder
@@ -36,7 +35,6 @@ GROUP_PREFIXES = {
     "language": ("prefix_encoder.backbone.language_model.",),
 }
 CRITIC_PREFIXES = ("critic.", "value_encoder.")
-ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 # Linear layers of the transformers ViTs / decoders (and pi0's expert) that receive adapters.
 TARGET_LAYERS = (
     "q_proj",
@@ -136,22 +134,3 @@ def save_policy(policy: nn.Module, directory: str | Path) -> None:
         save_lora_checkpoint(policy, policy.cfg.lora, directory)
     else:
         policy.save_pretrained(directory)
-
-
-def load_lora_checkpoint(directory: str | Path, device: str = "cpu") -> tuple[nn.Module, LoRAConfig]:
-    """Inverse of `save_lora_checkpoint`: the policy with its adapters injected (not merged)."""
-    directory = Path(directory)
-    if not (directory / ADAPTER_CONFIG_FILE).is_file():
-        raise UserError(f"{directory} has no {ADAPTER_CONFIG_FILE}: it is not a LoRA checkpoint")
-    cfg = LoRAConfig(**json.loads((directory / ADAPTER_CONFIG_FILE).read_text()))
-    policy = apply_lora(load_base_policy(directory, device=device), cfg)
-    adapters = load_file(str(directory / ADAPTER_WEIGHTS_FILE), device=str(device))
-    missing = sorted(set(adapter_state_dict(policy)) - set(adapters))
-    unexpected = sorted(set(adapters) - set(adapter_state_dict(policy)))
-    if missing or unexpected:
-        raise UserError(
-            f"{ADAPTER_WEIGHTS_FILE} does not match {ADAPTER_CONFIG_FILE}: missing {missing[:3]}, "
-            f"unexpected {unexpected[:3]} (were the adapters saved from another policy?)"
-        )
-    policy.load_state_dict(adapters, strict=False)
-    return policy, cfg

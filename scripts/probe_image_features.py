@@ -21,7 +21,7 @@ import torch
 from embodrl.data.chunk_dataset import ActionChunkDataset
 from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.errors import UserError
-from embodrl.policies.registry import load_policy
+from embodrl.policies.loading import load_policy
 
 # `privileged` columns of the tabletop suites: object position (0-2), ..., object - ee (10-12)
 TARGETS = {"object x": 0, "object y": 1, "object-ee x": 10, "object-ee y": 11}

@@ -5,9 +5,9 @@ import torch
 
 from embodrl.convert import convert
 from embodrl.errors import UserError
+from embodrl.policies.loading import load_policy
 from embodrl.policies.lora import LoRAConfig, apply_lora, save_lora_checkpoint
 from embodrl.policies.pretrained.openvla import TIMM_VISION_TOWERS
-from embodrl.policies.registry import load_policy
 from tests.policies.pretrained import openvla_testing as tiny
 from tests.policies.vla_testing import build, make_obs
 

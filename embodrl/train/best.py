@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from embodrl.policies.registry import load_policy
+from embodrl.policies.loading import load_policy
 from embodrl.train.checkpointing import INFO_FILE, POLICY_DIR, save_checkpoint
 from embodrl.train.episodes import EpisodeResults
 from embodrl.train.evaluation import summarize

@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 
 from embodrl.errors import UserError
+from embodrl.policies.loading import load_policy
 from embodrl.policies.lora import save_policy
-from embodrl.policies.registry import load_policy
 
 POLICY_DIR = "policy"
 STATE_FILE = "trainer_state.pt"

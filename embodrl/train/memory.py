@@ -11,26 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torch import nn
-
-from embodrl.obs_keys import IMAGE_KEYS
-from embodrl.policies.flow.action_expert import expert_shape
+from embodrl.policies.base import Policy, TransformerStack
 from embodrl.policies.lora import group_of
 
 FORWARD_ORDER = ("vision", "language", "action_head")  # parameter groups in the order the forward pass runs
 
 GIB = 1024**3
 ACTIVATION_BYTES = {"fp32": 4, "bf16": 2}
-
-
-@dataclass(frozen=True)
-class TransformerStack:
-    """A stack of transformer layers and the tokens it sees per sample (for the activation estimate)."""
-
-    tokens: int
-    hidden: int
-    intermediate: int
-    layers: int
 
 
 @dataclass(frozen=True)
@@ -96,44 +83,22 @@ def estimate_memory(
     )
 
 
-def policy_stacks(policy: nn.Module) -> list[TransformerStack]:
-    """Transformer stacks of a VLA policy that keep activations for backward (vision towers, language model,
-    action expert, from the first one that trains or follows a trained group); [] otherwise."""
-    cfg = getattr(policy, "cfg", None)
-    if cfg is None or getattr(policy, "prefix_encoder", None) is None:
-        return []
-    arch, vla = cfg.vla.architecture, cfg.vla
-    images = len([k for k in cfg.obs_keys if k in IMAGE_KEYS])
-    stacks = [
-        ("vision", TransformerStack(images * t.num_patches, t.hidden_size, t.intermediate_size, t.num_layers))
-        for t in arch.vision_towers
-    ]
-    patches = images * (arch.vision_towers[0].num_patches if arch.vision_towers else 0)
-    actions = cfg.chunk_size * cfg.action_dim
-    lm = arch.language
-    lm_tokens = patches + vla.max_instruction_tokens + 2 + actions  # + BOS/state
-    stacks.append(
-        ("language", TransformerStack(lm_tokens, lm.hidden_size, lm.intermediate_size, lm.num_layers))
-    )
-    if getattr(policy, "action_expert", None) is not None:  # flow VLAs: one expert pass per Euler step
-        e = expert_shape(arch)
-        tokens = policy.model_shape[0] + 1  # the whole action horizon + the state token
-        expert = TransformerStack(
-            tokens, e.hidden_size, e.intermediate_size, e.num_layers * cfg.flow.num_steps
-        )
-        stacks.append(("action_head", expert))
+def policy_stacks(policy: Policy) -> list[TransformerStack]:
+    """The policy's transformer stacks that keep activations for backward: from the first one whose group
+    trains (or follows a trained group) on; [] for a policy without transformers."""
+    stacks = policy.transformer_stacks()
     trained = {group_of(name) for name, p in policy.named_parameters() if p.requires_grad} - {None}  # critic
     first = min((FORWARD_ORDER.index(g) for g in trained), default=len(FORWARD_ORDER))
     return [stack for group, stack in stacks if FORWARD_ORDER.index(group) >= first]
 
 
-def estimate_policy_memory(policy: nn.Module, micro_batch: int, precision: str = "bf16") -> MemoryEstimate:
-    """`estimate_memory` for a built policy (its parameter counts, for VLAs its transformer stacks, and its
+def estimate_policy_memory(policy: Policy, micro_batch: int, precision: str = "bf16") -> MemoryEstimate:
+    """`estimate_memory` for a built policy (its parameter counts, its transformer stacks and its
     policy.gradient_checkpointing), activations kept in `precision` ("fp32" | "bf16" autocast)."""
     params = list(policy.parameters())
     total = sum(p.numel() for p in params)
     trainable = sum(p.numel() for p in params if p.requires_grad)
-    checkpointing = bool(getattr(getattr(policy, "cfg", None), "gradient_checkpointing", False))
+    checkpointing = policy.cfg.gradient_checkpointing
     return estimate_memory(
         total,
         trainable,

@@ -27,9 +27,10 @@ from embodrl.engine.schedules import make_schedule
 from embodrl.errors import ConfigError, UserError
 from embodrl.policies.config import overridden_by_checkpoint
 from embodrl.policies.finetune import prepare_finetuning
+from embodrl.policies.loading import load_policy
 from embodrl.policies.lora import group_of
 from embodrl.policies.lora_config import GROUPS
-from embodrl.policies.registry import load_policy, make_policy
+from embodrl.policies.registry import make_policy
 from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint

@@ -20,7 +20,7 @@ def action_source(name: str, env: VecEnv, seed: int, device: str = "cpu") -> Act
     """'expert' (the suite's scripted expert), 'random' (uniform in the action bounds) or a checkpoint
     folder (its deterministic actions)."""
     if Path(name).is_dir():
-        from embodrl.policies.registry import load_policy
+        from embodrl.policies.loading import load_policy
 
         policy = load_policy(name, device=device).eval()
         return lambda obs: policy.act(obs, deterministic=True).actions

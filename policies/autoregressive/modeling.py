@@ -16,15 +16,15 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodrl.policies.autoregressive.action_tokenizer import NUM_ACTION_TOKENS, ActionTokenizer
-from embodrl.policies.base import ActOut, EvalOut, Policy
+from embodrl.policies.base import ActOut, EvalOut
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.modules.logprob import reduce_logprob
-from embodrl.policies.modules.mlp import ValueHead, mlp
-from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
+from embodrl.policies.modules.mlp import mlp
+from embodrl.policies.modules.obs_encoder import ObsEncoder
 from embodrl.policies.modules.sft import check_action_batch, masked_mean
 from embodrl.policies.vla.modeling import VLABackbone, pool, positions_from_mask, prefix_lm_mask
 from embodrl.policies.vla.prefix import (
-    VLACheckpointMixin,
+    VLAPolicy,
     VLAPrefixEncoder,
     check_replay,
     require_bounded_actions,
@@ -47,7 +47,7 @@ def entropy(log_probs: torch.Tensor) -> torch.Tensor:
     return -(log_probs.exp() * log_probs.masked_fill(torch.isinf(log_probs), 0.0)).sum(-1)
 
 
-class AutoregressivePolicy(VLACheckpointMixin, Policy):
+class AutoregressivePolicy(VLAPolicy):
     """VLA + action tokens; replay stores the token indices and the sampling temperature and top-k."""
 
     family = "autoregressive"
@@ -55,12 +55,9 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
     def __init__(
         self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]], device: str = "cpu"
     ) -> None:
-        super().__init__()
         require_bounded_actions(cfg, self.family)
-        self.cfg, self.obs_shapes = cfg, dict(obs_shapes)
-        self.chunk_shape = (cfg.chunk_size, cfg.action_dim)
+        super().__init__(cfg, obs_shapes)
         self.num_slots = cfg.chunk_size * cfg.action_dim
-        self.normalizers = make_normalizers(cfg, self.obs_shapes)
         acfg = cfg.autoregressive
         self.decoding = acfg.decoding
         self.parallel = self.decoding != "sequential"
@@ -80,14 +77,8 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
             if self.decoding == "parallel":
                 self.slot_embeddings = nn.Parameter(0.02 * torch.randn(self.num_slots, hidden))  # [C*A, H]
             feature_dim = 2 * hidden
-        self.value_encoder = (
-            ObsEncoder(cfg, cfg.value_obs_keys, self.obs_shapes, self.normalizers)
-            if cfg.value_obs_keys
-            else None
-        )
-        self.critic = ValueHead(
-            self.value_encoder.out_dim if self.value_encoder else feature_dim, cfg.value_hidden_dims
-        )
+        self.value_encoder = self._make_value_encoder()
+        self.critic = self._make_critic(feature_dim)
         self.to(device)
 
     @property
@@ -99,7 +90,7 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         first = self.action_tokenizer.first_token
         return hidden @ self.lm_head.weight[first : first + NUM_ACTION_TOKENS].T
 
-    def _value(self, obs: TensorDict, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def _prefix_value(self, obs: TensorDict, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """V from the critic's own encoder, else from the actor's features (mask None: already pooled)."""
         if self.value_encoder is not None:
             return self.critic(self.value_encoder(obs))
@@ -179,7 +170,7 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         return ActOut(
             actions=self.normalizers["action"].unnormalize(actions_norm),
             logprob=reduce_logprob(token_logprob, self.cfg.logprob_type),
-            value=self._value(obs, prefix_hidden, prefix_mask),
+            value=self._prefix_value(obs, prefix_hidden, prefix_mask),
             replay=replay,
         )
 
@@ -231,7 +222,7 @@ class AutoregressivePolicy(VLACheckpointMixin, Policy):
         return EvalOut(
             logprob=reduce_logprob(token_logprob, self.cfg.logprob_type),
             entropy=entropy(log_probs).mean(-1),  # [N], mean per action token
-            value=self._value(obs, prefix_hidden, prefix_mask),
+            value=self._prefix_value(obs, prefix_hidden, prefix_mask),
         )
 
     def value(self, obs: TensorDict) -> torch.Tensor:

@@ -10,24 +10,24 @@ import math
 import torch
 from tensordict import TensorDict
 
-from embodrl.policies.base import ActOut, EvalOut, Policy
+from embodrl.policies.base import ActOut, EvalOut
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.diffusion.dppo import DenoisingMDP
 from embodrl.policies.modules.logprob import reduce_logprob
-from embodrl.policies.modules.mlp import ValueHead, mlp
-from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
+from embodrl.policies.modules.mlp import mlp
+from embodrl.policies.modules.obs_encoder import ObsEncoder
 from embodrl.policies.modules.sft import check_action_batch, masked_mean
 from embodrl.policies.modules.time_features import time_features
 from embodrl.policies.vla.modeling import pool
 from embodrl.policies.vla.prefix import (
-    VLACheckpointMixin,
+    VLAPolicy,
     VLAPrefixEncoder,
     check_replay,
     require_bounded_actions,
 )
 
 
-class DiffusionPolicy(VLACheckpointMixin, Policy):
+class DiffusionPolicy(VLAPolicy):
     """DDPM/DDIM action head with the DPPO likelihood; replay holds the chain [N, K'+1, C, A]."""
 
     family = "diffusion"
@@ -35,12 +35,9 @@ class DiffusionPolicy(VLACheckpointMixin, Policy):
     def __init__(
         self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]], device: str = "cpu"
     ) -> None:
-        super().__init__()
         require_bounded_actions(cfg, self.family)
-        self.cfg, self.obs_shapes = cfg, dict(obs_shapes)
-        self.chunk_shape = (cfg.chunk_size, cfg.action_dim)
+        super().__init__(cfg, obs_shapes)
         dcfg = cfg.diffusion
-        self.normalizers = make_normalizers(cfg, self.obs_shapes)
         if dcfg.conditioning == "vla":
             self.prefix_encoder, self.encoder = VLAPrefixEncoder(cfg, self.obs_shapes, self.normalizers), None
             feature_dim = 2 * self.prefix_encoder.hidden_size
@@ -48,18 +45,12 @@ class DiffusionPolicy(VLACheckpointMixin, Policy):
             self.prefix_encoder = None
             self.encoder = ObsEncoder(cfg, cfg.obs_keys, self.obs_shapes, self.normalizers)
             feature_dim = self.encoder.out_dim
-        self.value_encoder = (
-            ObsEncoder(cfg, cfg.value_obs_keys, self.obs_shapes, self.normalizers)
-            if cfg.value_obs_keys
-            else None
-        )
+        self.value_encoder = self._make_value_encoder()
         chunk_numel = math.prod(self.chunk_shape)
         self.denoiser = mlp(
             feature_dim + chunk_numel + 2 * dcfg.num_time_frequencies, dcfg.hidden_dims, chunk_numel
         )
-        self.critic = ValueHead(
-            self.value_encoder.out_dim if self.value_encoder else feature_dim, cfg.value_hidden_dims
-        )
+        self.critic = self._make_critic(feature_dim)
         self.mdp = DenoisingMDP(dcfg)
         self.to(device)
 
@@ -84,9 +75,6 @@ class DiffusionPolicy(VLACheckpointMixin, Policy):
             return self.denoiser(torch.cat([cond, x.flatten(1), times], dim=-1)).view_as(x)
 
         return eps
-
-    def _value(self, obs: TensorDict, features: torch.Tensor) -> torch.Tensor:
-        return self.critic(features if self.value_encoder is None else self.value_encoder(obs))
 
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:

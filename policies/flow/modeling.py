@@ -17,20 +17,27 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodrl.errors import ConfigError, UserError
-from embodrl.policies.base import ActOut, EvalOut, Policy
+from embodrl.policies.base import (
+    ActionProgram,
+    ActOut,
+    EvalOut,
+    ProgramInput,
+    TransformerStack,
+    not_exportable,
+)
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.flow.action_expert import ActionExpert, expert_shape
 from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.flow.flow_noise import FlowNoiseHead
 from embodrl.policies.flow.flow_sde import FlowSDEHead
-from embodrl.policies.flow.sampling import VelocityFn
+from embodrl.policies.flow.sampling import VelocityFn, euler_sample
 from embodrl.policies.flow.vla_flow import VLAFlowPrefix
 from embodrl.policies.modules.logprob import reduce_logprob
-from embodrl.policies.modules.mlp import ValueHead, mlp
-from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
+from embodrl.policies.modules.mlp import mlp
+from embodrl.policies.modules.obs_encoder import ObsEncoder
 from embodrl.policies.modules.sft import check_action_batch, masked_mean, zero_padded_steps
 from embodrl.policies.modules.time_features import time_features
-from embodrl.policies.vla.prefix import VLACheckpointMixin
+from embodrl.policies.vla.prefix import VLAPolicy
 
 
 class VelocityNet(nn.Module):
@@ -47,7 +54,21 @@ class VelocityNet(nn.Module):
         return self.net(inputs).view(-1, *self.chunk_shape)
 
 
-class FlowPolicy(VLACheckpointMixin, Policy):
+class FlowODEProgram(ActionProgram):
+    """K Euler steps of the velocity MLP from the noise `x0` [N, C, A]: the plain ODE that
+    `act(deterministic=True)` runs (zeros give a chunk that depends on the observation alone)."""
+
+    def __init__(self, policy: FlowPolicy) -> None:
+        super().__init__(policy, policy.encoder)
+        self.velocity_net, self.num_steps = policy.velocity_net, policy.cfg.flow.num_steps
+        self.extra_inputs = (ProgramInput("x0", policy.chunk_shape, "float32"),)
+
+    def normalized_actions(self, features: torch.Tensor, extra: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        (x0,) = extra
+        return euler_sample(lambda x, t: self.velocity_net(features, x, t), x0, self.num_steps)
+
+
+class FlowPolicy(VLAPolicy):
     """Flow-matching actor-critic; replay stores the denoising chain (and Flow-SDE's step index).
 
     `flow.conditioning` picks the velocity model: "mlp" (VelocityNet on ObsEncoder features) or "vla"
@@ -60,10 +81,8 @@ class FlowPolicy(VLACheckpointMixin, Policy):
     def __init__(
         self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]], device: str = "cpu"
     ) -> None:
-        super().__init__()
-        self.cfg, self.obs_shapes, fcfg = cfg, dict(obs_shapes), cfg.flow
-        self.chunk_shape = (cfg.chunk_size, cfg.action_dim)
-        self.normalizers = make_normalizers(cfg, self.obs_shapes)
+        super().__init__(cfg, obs_shapes)
+        fcfg = cfg.flow
         if fcfg.conditioning == "vla":
             self.encoder = self.velocity_net = None
             self.prefix_encoder = VLAFlowPrefix(cfg, self.obs_shapes)
@@ -94,19 +113,13 @@ class FlowPolicy(VLACheckpointMixin, Policy):
             self.model_shape = self.chunk_shape
             self.velocity_net = VelocityNet(self.encoder.out_dim, self.chunk_shape, fcfg)
             feature_dim = self.encoder.out_dim
-        self.value_encoder = (
-            ObsEncoder(cfg, cfg.value_obs_keys, self.obs_shapes, self.normalizers)
-            if cfg.value_obs_keys
-            else None
-        )
+        self.value_encoder = self._make_value_encoder()
         self.head = (
             FlowNoiseHead(feature_dim, self.model_shape, fcfg)
             if fcfg.likelihood == "noise"
             else FlowSDEHead(fcfg)
         )
-        self.critic = ValueHead(
-            self.value_encoder.out_dim if self.value_encoder else feature_dim, cfg.value_hidden_dims
-        )
+        self.critic = self._make_critic(feature_dim)
         self.to(device)
 
     def _vla_state(self, obs: TensorDict) -> torch.Tensor | None:
@@ -155,9 +168,6 @@ class FlowPolicy(VLACheckpointMixin, Policy):
 
         return prefix.features, expert_velocity
 
-    def _value(self, obs: TensorDict, features: torch.Tensor | None) -> torch.Tensor:
-        return self.critic(features if self.value_encoder is None else self.value_encoder(obs))
-
     def _executed(self, per_element: torch.Tensor) -> torch.Tensor:
         """[N, H, D] -> the executed part [N, C, A]."""
         return per_element[:, : self.chunk_shape[0], : self.chunk_shape[1]]
@@ -193,6 +203,21 @@ class FlowPolicy(VLACheckpointMixin, Policy):
         if self.value_encoder is not None:
             return self._value(obs, None)
         return self._value(obs, self.condition(obs)[0])
+
+    def transformer_stacks(self) -> list[tuple[str, TransformerStack]]:
+        """The VLA prefix's stacks, then the action expert: one pass per Euler step over the whole action
+        horizon and the state token."""
+        if self.action_expert is None:
+            return []
+        e = expert_shape(self.cfg.vla.architecture)
+        layers = e.num_layers * self.cfg.flow.num_steps
+        expert = TransformerStack(self.model_shape[0] + 1, e.hidden_size, e.intermediate_size, layers)
+        return [*super().transformer_stacks(), ("action_head", expert)]
+
+    def action_program(self) -> ActionProgram:
+        if self.velocity_net is None:  # pi0's expert over a VLA prefix cache
+            raise not_exportable(f"flow with flow.conditioning={self.cfg.flow.conditioning}")
+        return FlowODEProgram(self)
 
     def sft_loss(self, batch: TensorDict) -> torch.Tensor:
         """Flow-matching MSE of the velocity on the executed chunk, ignoring padded steps."""

@@ -15,12 +15,11 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodrl.errors import UserError
-from embodrl.policies.base import ActOut, EvalOut, Policy
-from embodrl.policies.checkpoint import CheckpointMixin
+from embodrl.policies.base import ActionProgram, ActOut, EvalOut, Policy
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.modules.logprob import reduce_logprob
-from embodrl.policies.modules.mlp import ValueHead, mlp
-from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
+from embodrl.policies.modules.mlp import mlp
+from embodrl.policies.modules.obs_encoder import ObsEncoder
 from embodrl.policies.modules.sft import check_action_batch, masked_mean
 
 
@@ -36,7 +35,18 @@ def orthogonal_init(net: nn.Sequential, output_gain: float) -> None:
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
-class GaussianPolicy(CheckpointMixin, Policy):
+class GaussianMeanProgram(ActionProgram):
+    """The Gaussian's mean chunk: what `act(deterministic=True)` returns."""
+
+    def __init__(self, policy: GaussianPolicy) -> None:
+        super().__init__(policy, policy.encoder)
+        self.actor, self.chunk_shape = policy.actor, policy.chunk_shape
+
+    def normalized_actions(self, features: torch.Tensor, extra: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return self.actor(features).view(-1, *self.chunk_shape)
+
+
+class GaussianPolicy(Policy):
     """Actor-critic with a Gaussian actor; replay stores the sampled normalized chunk."""
 
     family = "gaussian"
@@ -44,21 +54,13 @@ class GaussianPolicy(CheckpointMixin, Policy):
     def __init__(
         self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]], device: str = "cpu"
     ) -> None:
-        super().__init__()
-        self.cfg, self.obs_shapes = cfg, dict(obs_shapes)
-        self.chunk_shape = (cfg.chunk_size, cfg.action_dim)
-        self.normalizers = make_normalizers(cfg, self.obs_shapes)
+        super().__init__(cfg, obs_shapes)
         self.encoder = ObsEncoder(cfg, cfg.obs_keys, self.obs_shapes, self.normalizers)
-        self.value_encoder = (
-            ObsEncoder(cfg, cfg.value_obs_keys, self.obs_shapes, self.normalizers)
-            if cfg.value_obs_keys
-            else None
-        )
+        self.value_encoder = self._make_value_encoder()
         gcfg = cfg.gaussian
         self.actor = mlp(self.encoder.out_dim, gcfg.hidden_dims, math.prod(self.chunk_shape), gcfg.activation)
         self.log_std = nn.Parameter(torch.full(self.chunk_shape, math.log(gcfg.init_std)))  # [C, A]
-        critic_in = (self.value_encoder or self.encoder).out_dim
-        self.critic = ValueHead(critic_in, cfg.value_hidden_dims)
+        self.critic = self._make_critic(self.encoder.out_dim)
         if gcfg.init == "orthogonal":
             orthogonal_init(self.actor, output_gain=0.01)
             orthogonal_init(self.critic.net, output_gain=1.0)
@@ -74,9 +76,6 @@ class GaussianPolicy(CheckpointMixin, Policy):
         distribution costs more than this math for one env (act) or a small minibatch (evaluate), and one
         formula for both makes the first minibatch's ratio exactly 1."""
         return -0.5 * ((action_norm - mean) / std) ** 2 - self.log_std - HALF_LOG_2PI
-
-    def _value(self, obs: TensorDict, features: torch.Tensor) -> torch.Tensor:
-        return self.critic(features if self.value_encoder is None else self.value_encoder(obs))
 
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
@@ -109,6 +108,9 @@ class GaussianPolicy(CheckpointMixin, Policy):
 
     def value(self, obs: TensorDict) -> torch.Tensor:
         return self._value(obs, self.encoder(obs))
+
+    def action_program(self) -> ActionProgram:
+        return GaussianMeanProgram(self)
 
     def sft_loss(self, batch: TensorDict) -> torch.Tensor:
         """MSE between the Gaussian mean and the normalized demo chunk, ignoring padded steps."""

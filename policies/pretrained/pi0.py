@@ -29,8 +29,8 @@ from embodrl.policies.config import PolicyConfig
 from embodrl.policies.flow.action_expert import expert_shape
 from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.flow.modeling import FlowPolicy
+from embodrl.policies.loading import load_policy
 from embodrl.policies.normalization import STAT_NAMES
-from embodrl.policies.registry import load_policy
 from embodrl.policies.vla.configuration import (
     PRESETS,
     LanguageModelConfig,

@@ -1,4 +1,5 @@
-"""What the VLA families share: observation -> prefix embeddings, and checkpoints carrying the tokenizer."""
+"""What the VLA families share: observation -> prefix embeddings, checkpoints carrying the tokenizer, the
+transformer stacks for the memory estimate."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from torch import nn
 
 from embodrl.errors import ConfigError, UserError
 from embodrl.obs_keys import IMAGE_KEYS, RGB, STATE, WRIST_RGB
-from embodrl.policies.checkpoint import CheckpointMixin
+from embodrl.policies.base import Policy, TransformerStack
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.vla.modeling import Prefix, VLABackbone
 from embodrl.policies.vla.tokenizer import load_tokenizer, train_tokenizer
@@ -67,10 +68,11 @@ class VLAPrefixEncoder(nn.Module):
         return self.backbone.embed_prefix(obs, state, self.image_shift if augment else 0)
 
 
-class VLACheckpointMixin(CheckpointMixin):
-    """Checkpoints of VLA families: the shared files plus the instruction tokenizer (tokenizer.json)."""
+class VLAPolicy(Policy):
+    """What the VLA families share beyond the contract: checkpoints carry the instruction tokenizer
+    (tokenizer.json), the backbone reads the env's instruction table, and the transformer stacks."""
 
-    prefix_encoder: VLAPrefixEncoder | None  # None: a family variant without the VLA (no tokenizer)
+    prefix_encoder: nn.Module | None  # None: a family variant without the VLA (no tokenizer)
 
     def save_pretrained(self, directory: str | Path) -> None:
         super().save_pretrained(directory)
@@ -83,12 +85,35 @@ class VLACheckpointMixin(CheckpointMixin):
             self.prefix_encoder.backbone.instruction_table = tuple(instructions)
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, device: str = "cpu"):
+    def from_pretrained(cls, directory: str | Path, device: str = "cpu") -> Policy:
         policy = super().from_pretrained(directory, device=device)
         if policy.prefix_encoder is not None:
             # The constructor retrained a tokenizer from the config's corpus; the saved one is authoritative.
             policy.prefix_encoder.backbone.tokenizer = load_tokenizer(directory)
         return policy
+
+    def transformer_stacks(self) -> list[tuple[str, TransformerStack]]:
+        """The vision towers over every camera, then the language model over the whole prefix (patches,
+        instruction, BOS and state) plus the C*A action positions."""
+        if self.prefix_encoder is None:
+            return []
+        cfg = self.cfg
+        arch = cfg.vla.architecture
+        images = len([k for k in cfg.obs_keys if k in IMAGE_KEYS])
+        stacks = [
+            (
+                "vision",
+                TransformerStack(images * t.num_patches, t.hidden_size, t.intermediate_size, t.num_layers),
+            )
+            for t in arch.vision_towers
+        ]
+        patches = images * (arch.vision_towers[0].num_patches if arch.vision_towers else 0)
+        lm = arch.language
+        tokens = patches + cfg.vla.max_instruction_tokens + 2 + cfg.chunk_size * cfg.action_dim
+        stacks.append(
+            ("language", TransformerStack(tokens, lm.hidden_size, lm.intermediate_size, lm.num_layers))
+        )
+        return stacks
 
 
 def require_bounded_actions(cfg: PolicyConfig, family: str) -> None:

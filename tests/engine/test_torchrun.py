@@ -12,7 +12,7 @@ from torch.distributed.tensor import DTensor
 
 from embodrl import cli
 from embodrl.engine.data_parallel import transformer_blocks
-from embodrl.policies.registry import load_policy
+from embodrl.policies.loading import load_policy
 from embodrl.sims import registry
 from embodrl.train.logger import read_metrics
 from embodrl.train.rl_runner import OnPolicyRunner

@@ -9,7 +9,8 @@ from embodrl.policies.autoregressive.action_tokenizer import NUM_ACTION_TOKENS, 
 from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
 from embodrl.policies.autoregressive.modeling import entropy, processed_log_probs
 from embodrl.policies.config import PolicyConfig
-from embodrl.policies.registry import load_policy, make_policy
+from embodrl.policies.loading import load_policy
+from embodrl.policies.registry import make_policy
 from tests.policies.vla_testing import INSTRUCTIONS, LOGPROB_SHAPES, A, C, N, S, build, make_obs
 
 

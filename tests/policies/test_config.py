@@ -6,11 +6,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from embodrl.errors import ConfigError
-from embodrl.policies.config import PolicyConfig, overridden_by_checkpoint
+from embodrl.policies.config import FAMILIES, PolicyConfig, overridden_by_checkpoint
 from embodrl.policies.diffusion.configuration import DiffusionConfig
 from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.lora_config import LoRAConfig
-from embodrl.policies.registry import FAMILIES
 
 
 def test_dict_round_trip_through_json_restores_tuples_and_nested_configs():

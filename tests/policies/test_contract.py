@@ -10,8 +10,9 @@ from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.diffusion.configuration import DiffusionConfig
 from embodrl.policies.flow.configuration import FlowConfig
+from embodrl.policies.loading import load_policy
 from embodrl.policies.normalization import compute_stats
-from embodrl.policies.registry import load_policy, make_policy
+from embodrl.policies.registry import make_policy
 
 N, C, A, S = 6, 3, 4, 5
 SHAPES = {"state": (S,), "rgb": (64, 64, 3), "privileged": (7,), "task_id": ()}

@@ -7,7 +7,7 @@ from diffusers import DDIMScheduler, DDPMScheduler
 from embodrl.errors import ConfigError, UserError
 from embodrl.policies.diffusion.configuration import DiffusionConfig
 from embodrl.policies.diffusion.dppo import DenoisingMDP
-from embodrl.policies.registry import load_policy
+from embodrl.policies.loading import load_policy
 from tests.policies.vla_testing import LOGPROB_SHAPES, N, build, make_obs
 
 DDIM = {"scheduler": "ddim", "num_train_timesteps": 100, "num_inference_steps": 5, "ft_denoising_steps": 3}

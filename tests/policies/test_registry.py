@@ -7,7 +7,8 @@ from embodrl.errors import UserError
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.flow.modeling import FlowPolicy
 from embodrl.policies.gaussian.modeling import GaussianPolicy
-from embodrl.policies.registry import load_policy, make_policy, policy_class
+from embodrl.policies.loading import load_policy
+from embodrl.policies.registry import make_policy, policy_class
 from embodrl.sims.base import TensorSpec
 
 

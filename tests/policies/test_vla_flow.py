@@ -7,7 +7,7 @@ import torch
 
 from embodrl.errors import ConfigError
 from embodrl.policies.flow.vla_flow import discretize_state, make_prompts
-from embodrl.policies.registry import load_policy
+from embodrl.policies.loading import load_policy
 from tests.policies.vla_testing import LOGPROB_SHAPES, A, C, N, S, build, make_obs
 
 VLA_FLOW = {"conditioning": "vla", "num_steps": 3}

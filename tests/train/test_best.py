@@ -9,7 +9,7 @@ import torch
 
 from embodrl.config import compose, make_run_dir
 from embodrl.data.collect import CollectConfig, collect_demos
-from embodrl.policies.registry import load_policy
+from embodrl.policies.loading import load_policy
 from embodrl.sims.registry import make_env
 from embodrl.train import sft_runner
 from embodrl.train.best import BEST, BEST_EVAL_FILE, BestCheckpoint

@@ -12,10 +12,11 @@ from embodrl.config import compose, make_run_dir
 from embodrl.convert import convert
 from embodrl.data.collect import CollectConfig, collect_demos
 from embodrl.errors import ConfigError, UserError
+from embodrl.policies.checkpoint import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE
 from embodrl.policies.finetune import enable_gradient_checkpointing, prepare_finetuning
-from embodrl.policies.lora import ADAPTER_WEIGHTS_FILE, group_of
+from embodrl.policies.loading import load_policy
+from embodrl.policies.lora import group_of
 from embodrl.policies.pretrained.pi0 import import_pi0
-from embodrl.policies.registry import ADAPTER_CONFIG_FILE, load_policy
 from embodrl.sims.registry import make_env
 from embodrl.train.logger import read_metrics
 from embodrl.train.rl_runner import LAST, OnPolicyRunner

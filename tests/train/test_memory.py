@@ -4,11 +4,12 @@ import dataclasses
 
 import torch
 
+from embodrl.policies.base import TransformerStack
 from embodrl.policies.finetune import prepare_finetuning
 from embodrl.policies.lora import LoRAConfig, apply_lora
 from embodrl.policies.vla.configuration import PRESETS
 from embodrl.policies.vla.modeling import VLABackbone
-from embodrl.train.memory import GIB, TransformerStack, estimate_memory, estimate_policy_memory, policy_stacks
+from embodrl.train.memory import GIB, estimate_memory, estimate_policy_memory, policy_stacks
 from tests.policies.vla_testing import build
 
 

@@ -8,7 +8,7 @@ import torch
 
 from embodrl.config import compose, make_run_dir
 from embodrl.errors import Terminated, UserError
-from embodrl.policies.registry import load_policy
+from embodrl.policies.loading import load_policy
 from embodrl.train.logger import read_metrics
 from embodrl.train.rl_runner import LAST, OnPolicyRunner
 from tests.pendulum import pendulum

@@ -7,13 +7,13 @@ import torch
 from tensordict import TensorDict
 
 from embodrl.errors import UserError
+from embodrl.policies.loading import load_policy
 from embodrl.policies.pretrained.openvla import (
     TIMM_VISION_TOWERS,
     architecture_from_config,
     export_openvla,
     import_openvla,
 )
-from embodrl.policies.registry import load_policy
 from embodrl.policies.vla.modeling import VLABackbone
 from tests.policies.pretrained import openvla_testing as tiny
 

@@ -15,8 +15,8 @@ from embodrl.errors import UserError
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.flow.modeling import FlowPolicy
+from embodrl.policies.loading import load_policy
 from embodrl.policies.pretrained.pi0 import architecture_from, export_pi0, import_pi0, to_source_key
-from embodrl.policies.registry import load_policy
 from embodrl.policies.vla.configuration import PRESETS, VLAConfig
 from tests.policies.pretrained.pi0_testing import (
     ACTION_DIM,
