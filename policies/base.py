@@ -11,7 +11,6 @@ where each method is called.
 
 from __future__ import annotations
 
-import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -156,9 +155,7 @@ class Policy(nn.Module, ABC):
     def set_instruction_table(self, instructions: Sequence[str]) -> None:
         """The env's instruction table (policy.vla.instructions), through which a language policy reads its
         prompt by obs["task_id"]; an imported checkpoint comes without one."""
-        self.cfg = dataclasses.replace(
-            self.cfg, vla=dataclasses.replace(self.cfg.vla, instructions=tuple(instructions))
-        )
+        self.cfg = self.cfg.with_instruction_table(instructions)
 
     # -- hooks for memory estimation and export ----------------------------------------------------
 

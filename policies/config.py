@@ -7,6 +7,7 @@ then import its configuration dataclass and add one `PolicyConfig` field of the 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from embodrl.choices import check_choice, check_positive
@@ -97,6 +98,16 @@ class PolicyConfig:
     def read_keys(self) -> tuple[str, ...]:
         """Every observation key the policy reads, actor's then critic's, each once: act() evaluates both."""
         return tuple(dict.fromkeys((*self.obs_keys, *self.value_obs_keys)))
+
+    @property
+    def instruction_table(self) -> tuple[str, ...]:
+        """The env's instructions by task id, through which a language policy reads its prompt; () when
+        none was given yet (a new config, an imported checkpoint)."""
+        return self.vla.instructions
+
+    def with_instruction_table(self, instructions: Sequence[str]) -> PolicyConfig:
+        """This config reading prompts from `instructions` (the VLA tokenizer is trained on them)."""
+        return dataclasses.replace(self, vla=dataclasses.replace(self.vla, instructions=tuple(instructions)))
 
     @property
     def trained_groups(self) -> LoRAConfig:

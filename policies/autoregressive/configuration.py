@@ -11,7 +11,7 @@ CONDITIONINGS = ("vla", "mlp")
 
 @dataclass
 class AutoregressiveConfig:
-    """How action tokens are decoded and sampled (references/algorithms.md §A)."""
+    """How action tokens are decoded and sampled (OpenVLA and OpenVLA-OFT; docs/algorithms.md)."""
 
     # "vla": tokens from the VLA's language model (OpenVLA / OpenVLA-OFT). "mlp": an MLP on the observation
     # encoder's features emits the logits of all C*A tokens at once (decoding=parallel): the same token

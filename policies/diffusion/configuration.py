@@ -13,7 +13,8 @@ CHAIN_REDUCTIONS = ("mean", "sum")
 
 @dataclass
 class DiffusionConfig:
-    """Epsilon-prediction head, diffusers scheduler and DPPO likelihood (references/algorithms.md §B)."""
+    """Epsilon-prediction head, diffusers scheduler and DPPO likelihood (Ren et al. 2024; see
+    docs/algorithms.md)."""
 
     # "mlp": observation features from the shared ObsEncoder (state MLP / CNN); "vla": the pooled prefix
     # of the VLA backbone (images + instruction + state; policy.vla picks the preset).

@@ -13,7 +13,8 @@ VLA_VARIANTS = ("pi0", "pi05")
 
 @dataclass
 class FlowConfig:
-    """Velocity net, Euler sampler and the RL likelihood head (references/algorithms.md §C)."""
+    """Velocity net, Euler sampler and the RL likelihood head (Flow-Noise / Flow-SDE of pi_RL, Chen et al.
+    2025; see docs/algorithms.md)."""
 
     # "mlp": a velocity MLP on ObsEncoder features; "vla": pi0's action expert, a Gemma-style transformer
     # whose layers attend to the cached keys/values of the VLA prefix (policy.vla picks the backbone).

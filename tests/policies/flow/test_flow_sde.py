@@ -24,7 +24,8 @@ def sde_policy(noise_level: float = 0.5):
 
 
 def test_step_std_follows_the_reference_schedule():
-    # references/algorithms.md C.4: K=4, a=0.5 gives sigma = [1.0, 0.866, 0.5, 0.289], std = sigma * sqrt(1/4)
+    # pi_RL's Flow-SDE noise sigma_t = a * sqrt(t / (1 - t)), dt in the denominator at t = 1:
+    # K=4, a=0.5 gives sigma = [1.0, 0.866, 0.5, 0.289], std = sigma * sqrt(1/4)
     head = sde_policy(0.5).head
     x = torch.zeros(K, C, A)
     t = torch.tensor([1.0, 0.75, 0.5, 0.25])
