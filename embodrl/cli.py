@@ -58,7 +58,7 @@ def _run_config(args: argparse.Namespace, distributed: bool = False):
     from pathlib import Path
 
     from embodrl.config import compose, make_run_dir
-    from embodrl.engine.distributed import from_main, init_from_env
+    from embodrl.parallel.distributed import from_main, init_from_env
 
     experiment, overrides = _experiment_and_overrides(args.config)
     if args.resume:
@@ -92,7 +92,7 @@ def _removed_if_unused(run_dir, fresh: bool):
 
 
 def cmd_train(args: argparse.Namespace) -> None:
-    from embodrl.engine import distributed
+    from embodrl.parallel import distributed
     from embodrl.train.pipeline import train
 
     cfg, run_dir = _run_config(args, distributed=True)

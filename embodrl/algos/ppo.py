@@ -31,11 +31,11 @@ from embodrl.algos.config import AlgoConfig
 from embodrl.algos.ppo_loss import ppo_loss
 from embodrl.algos.running_stats import RewardScaler, RunningObsNormalization
 from embodrl.data.rollout_buffer import RolloutBuffer
-from embodrl.engine.distributed import sum_tensor_over_ranks
 from embodrl.errors import UserError
+from embodrl.parallel.distributed import sum_tensor_over_ranks
 
 if TYPE_CHECKING:
-    from embodrl.engine.data_parallel import DataParallel
+    from embodrl.parallel.data_parallel import DataParallel
 
 _MAX_LOG_WEIGHT = 20.0  # exp() beyond this overflows float32
 # What a minibatch's loss reads: cutting only these out of the rollout (not rewards, flags, actions,

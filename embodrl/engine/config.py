@@ -8,7 +8,7 @@ from embodrl.errors import ConfigError
 SCHEDULES = ("sequential", "pipelined", "async")
 TRANSPORTS = ("inproc", "inline", "multiprocess", "ray")
 PLACEMENTS = ("colocated", "disaggregated")
-# engine/data_parallel.py's strategies (this module stays torch-free)
+# parallel/data_parallel.py's strategies (this module stays torch-free)
 DATA_PARALLEL = ("ddp", "fsdp")
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from embodrl.engine.distributed import sum_over_ranks
+from embodrl.parallel.distributed import sum_over_ranks
 
 OUTCOMES = ("return", "length", "success")  # the per-episode means `pop` returns besides the count
 

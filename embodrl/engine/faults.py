@@ -12,9 +12,9 @@ import logging
 
 import torch
 
-from embodrl.engine.distributed import sum_tensor_over_ranks
 from embodrl.engine.env_client import EnvWorkerError
 from embodrl.engine.schedules import InitialStates, Rollout, Schedule
+from embodrl.parallel.distributed import sum_tensor_over_ranks
 
 log = logging.getLogger(__name__)
 

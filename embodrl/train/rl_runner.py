@@ -16,15 +16,15 @@ import torch
 from embodrl.algos.ppo import PPO
 from embodrl.config import ExperimentConfig
 from embodrl.data.rollout_buffer import RolloutBuffer
-from embodrl.engine.data_parallel import DataParallel
-from embodrl.engine.distributed import from_main, init_from_env, is_main, rank, rank_seed, sum_over_ranks
 from embodrl.engine.env_client import StagedEnv
 from embodrl.engine.episode_tracker import mean_over_ranks
 from embodrl.engine.faults import collect_with_retries
-from embodrl.engine.full_state import UnshardedCopy, load_full_optimizer_state, load_full_weights
-from embodrl.engine.offload import PhaseOffload
 from embodrl.engine.schedules import make_schedule
 from embodrl.errors import ConfigError, UserError
+from embodrl.parallel.data_parallel import DataParallel
+from embodrl.parallel.distributed import from_main, init_from_env, is_main, rank, rank_seed, sum_over_ranks
+from embodrl.parallel.full_state import UnshardedCopy, load_full_optimizer_state, load_full_weights
+from embodrl.parallel.offload import PhaseOffload
 from embodrl.policies.config import overridden_by_checkpoint
 from embodrl.policies.finetune import prepare_finetuning
 from embodrl.policies.loading import load_policy
@@ -99,7 +99,7 @@ class OnPolicyRunner:
     rank-dependent seeds, the update averages gradients over ranks (engine.data_parallel), and rank 0
     alone logs, evaluates and writes checkpoints, videos and the learning curve. With fsdp the ranks
     act in lockstep (every forward all-gathers), and before an evaluation or a checkpoint every rank
-    joins the gather of the whole state into rank 0's unsharded copy (engine/full_state.py).
+    joins the gather of the whole state into rank 0's unsharded copy (parallel/full_state.py).
     """
 
     def __init__(self, cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> None:

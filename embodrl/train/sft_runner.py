@@ -15,8 +15,8 @@ from torch.utils.data import DataLoader, Subset
 from embodrl.config import ExperimentConfig
 from embodrl.data.chunk_dataset import ActionChunkDataset, collate_chunks
 from embodrl.data.lerobot_dataset import LeRobotDataset
-from embodrl.engine.distributed import launched_by_torchrun
 from embodrl.errors import UserError
+from embodrl.parallel.distributed import launched_by_torchrun
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
 from embodrl.train.checkpointing import POLICY_DIR, restore_checkpoint, rng_state, save_checkpoint

@@ -17,8 +17,8 @@ from types import FrameType, TracebackType
 import torch
 import torch.distributed as dist
 
-from embodrl.engine.distributed import sum_tensor_over_ranks
 from embodrl.errors import Terminated
+from embodrl.parallel.distributed import sum_tensor_over_ranks
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -11,7 +11,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from embodrl import cli
-from embodrl.engine.data_parallel import transformer_blocks
+from embodrl.parallel.data_parallel import transformer_blocks
 from embodrl.policies.loading import load_policy
 from embodrl.sims import registry
 from embodrl.train.logger import read_metrics

@@ -11,9 +11,9 @@ from tensordict import TensorDict
 from torch.distributed.fsdp import FSDPModule
 
 from embodrl.algos.ppo import PPO
-from embodrl.engine.data_parallel import STRATEGIES, DataParallel, transformer_blocks
 from embodrl.engine.schedules.base import bootstrap_value
 from embodrl.errors import ConfigError
+from embodrl.parallel.data_parallel import STRATEGIES, DataParallel, transformer_blocks
 from tests.engine.helpers import collect_once, pendulum
 from tests.policies.test_contract import build, make_obs
 

@@ -6,8 +6,8 @@ from torch import nn
 
 from embodrl.config import make_run_dir
 from embodrl.engine.config import EngineConfig
-from embodrl.engine.offload import PhaseOffload
 from embodrl.errors import ConfigError
+from embodrl.parallel.offload import PhaseOffload
 from embodrl.train.rl_runner import OnPolicyRunner
 from tests.pendulum import pendulum
 
