@@ -24,7 +24,7 @@ $(VENV)/.core: $(VENV)/.torch pyproject.toml setup.py
 	@touch $@
 
 $(VENV)/.test: $(VENV)/.core
-	$(BIN)/pip install --quiet -e ".[test,deploy,maniskill,warp,export]" "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet -e ".[test,deploy,maniskill,warp,export,pretrained]" "$(TORCH_SPEC)"
 	@touch $@
 
 # EGL/OSMesa for headless MuJoCo rendering; installed with apt only when missing.

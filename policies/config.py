@@ -18,7 +18,8 @@ from embodrl.policies.diffusion.configuration import DiffusionConfig
 from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.gaussian.configuration import GaussianConfig
 from embodrl.policies.lora_config import LoRAConfig
-from embodrl.policies.vla.configuration import VLAConfig
+from embodrl.policies.vision_config import VisionConfig
+from embodrl.policies.vla.configuration import VLAArchitecture, VLAConfig, with_pretrained_tower
 
 # family name -> "module:Class" of its Policy subclass
 FAMILIES: dict[str, str] = {
@@ -56,7 +57,8 @@ class PolicyConfig:
     action_normalization: str = "mean_std"
     num_tasks: int = 0  # size of the task_id embedding table when "task_id" is observed
     task_embedding_dim: int = 16
-    cnn_channels: tuple[int, ...] = (32, 64, 64, 64)  # stride-2 3x3 convs of the image encoder
+    vision: VisionConfig = field(default_factory=VisionConfig)  # from-scratch or pretrained image towers
+    cnn_channels: tuple[int, ...] = (32, 64, 64, 64)  # stride-2 3x3 convs of the image encoder (scratch)
     image_feature_dim: int = 128
     image_shift: int = 4  # random-shift augmentation (pixels) of every camera in sft_loss (CNN, VLA); 0: off
     value_hidden_dims: tuple[int, ...] = (256, 256)
@@ -88,6 +90,11 @@ class PolicyConfig:
             check_choice("policy.obs_keys entry", key, OBS_KEYS)
         if "task_id" in self.read_keys:
             check_positive("policy.num_tasks (needed because task_id is observed)", self.num_tasks)
+        if self.vision.pretrained and self.vla.custom is not None:
+            raise ConfigError(
+                f"policy.vision.tower={self.vision.tower} replaces a preset's vision towers; this policy's "
+                "architecture comes from an imported checkpoint, which brings its own: drop policy.vision"
+            )
         if self.train_expert_only and "lora" in (self.lora.vision, self.lora.language):
             raise ConfigError(
                 "policy.train_expert_only freezes the VLM, but policy.lora adapts its vision or language "
@@ -98,6 +105,13 @@ class PolicyConfig:
     def read_keys(self) -> tuple[str, ...]:
         """Every observation key the policy reads, actor's then critic's, each once: act() evaluates both."""
         return tuple(dict.fromkeys((*self.obs_keys, *self.value_obs_keys)))
+
+    @property
+    def vla_architecture(self) -> VLAArchitecture:
+        """The VLA backbone to build: `vla.architecture`, its vision towers replaced by the pretrained one
+        that `vision` names."""
+        architecture = self.vla.architecture
+        return with_pretrained_tower(architecture, self.vision) if self.vision.pretrained else architecture
 
     @property
     def instruction_table(self) -> tuple[str, ...]:

@@ -5,10 +5,12 @@ the projected patch tokens, flattened, for the VLAs) to the tabletop object's po
 from the gripper (`observation.environment_state`), on frames of one dataset (the training demos), and
 reports R^2 there and on another dataset (demos from initial states the policy never saw). An encoder
 that has learned the scene scores high on the unseen demos; `--features pixels` and `--reinit` give
-the baselines of raw pixels and of the same architecture untrained.
+the baselines of raw pixels and of the same architecture untrained. `--tower NAME` probes a pretrained
+tower's feature map (policy.vision.tower, cut after `--blocks`) as it comes, before any training.
 
     python scripts/probe_image_features.py RUN/checkpoints/last/policy --train data/pick_rgb50 \
         --test data/pick_rgb16_heldout
+    python scripts/probe_image_features.py --tower efficientnet-lite0 --blocks 5 --train ... --test ...
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import torch
 
 from embodrl.data.chunk_dataset import ActionChunkDataset
 from embodrl.data.lerobot_dataset import LeRobotDataset
+from embodrl.data.lerobot_format import LEROBOT_KEYS
 from embodrl.errors import UserError
 from embodrl.policies.loading import load_policy
+from embodrl.policies.modules.pretrained_tower import PretrainedTower
+from embodrl.policies.vision_config import TOWERS, VisionConfig
 
 # `privileged` columns of the tabletop suites: object position (0-2), ..., object - ee (10-12)
 TARGETS = {"object x": 0, "object y": 1, "object-ee x": 10, "object-ee y": 11}
@@ -41,13 +46,20 @@ def image_features(policy, images: torch.Tensor, image_key: str, kind: str) -> t
     """[N, F] features of uint8 images [N, H, W, 3]."""
     if kind == "pixels":
         return images.float().flatten(1) / 255
+    if isinstance(policy, PretrainedTower):
+        return policy(images).flatten(1)
     encoder = getattr(policy, "encoder", None)
-    if encoder is not None and image_key in encoder.images:  # MLP policies: the CNN's output
-        return encoder.images[image_key](images)
+    if encoder is not None and image_key in encoder.images:  # MLP policies: the CNN's (or tower's) output
+        return encoder.images[image_key](images).flatten(1)
     prefix = getattr(policy, "prefix_encoder", None)
     if prefix is not None:  # VLAs: the patch tokens the language model reads, flattened
         return prefix.backbone.encode_images(images).flatten(1)
     raise UserError(f"the {policy.family} policy has no image encoder for {image_key!r}")
+
+
+def image_size(root: str, image_key: str) -> int:
+    """The height of a dataset's frames of camera `image_key`."""
+    return LeRobotDataset(root).features[LEROBOT_KEYS[image_key]]["shape"][0]
 
 
 def features_and_targets(policy, root: str, limit: int, image_key: str, kind: str):
@@ -67,7 +79,9 @@ def r_squared(predicted: np.ndarray, target: np.ndarray) -> np.ndarray:
 def main(argv: list[str] | None = None) -> dict[float, dict[str, list[float]]]:
     """Prints, and returns, {lambda: {"fitted": R^2 per target, "unseen": R^2 per target}}."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("checkpoint", help="a policy directory (RUN/checkpoints/last/policy)")
+    parser.add_argument("checkpoint", nargs="?", help="a policy directory (RUN/checkpoints/last/policy)")
+    parser.add_argument("--tower", choices=TOWERS[1:], help="probe this pretrained tower instead of a policy")
+    parser.add_argument("--blocks", type=int, default=VisionConfig.blocks, help="blocks kept of --tower")
     parser.add_argument("--train", required=True, help="dataset the probe is fitted on (the policy's demos)")
     parser.add_argument("--test", required=True, help="dataset of unseen demos the probe is scored on")
     parser.add_argument("--max-train", type=int, default=3000, help="frames fitted on (a seeded subset)")
@@ -77,8 +91,15 @@ def main(argv: list[str] | None = None) -> dict[float, dict[str, list[float]]]:
     parser.add_argument("--image-key", default="rgb")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
-    policy = load_policy(args.checkpoint).eval()
-    if args.reinit:  # the same architecture as its constructor initialises it (where SFT starts)
+    if args.tower:
+        policy = PretrainedTower(
+            VisionConfig(args.tower, args.blocks), image_size(args.train, args.image_key)
+        )
+    elif args.checkpoint:
+        policy = load_policy(args.checkpoint).eval()
+    else:
+        raise UserError("name a policy checkpoint, or a pretrained --tower")
+    if args.reinit and not args.tower:  # the same architecture as its constructor initialises it
         policy = type(policy)(policy.cfg, policy.obs_shapes).eval()
     x_fit, y_fit = features_and_targets(policy, args.train, args.max_train, args.image_key, args.features)
     x_test, y_test = features_and_targets(policy, args.test, 10**9, args.image_key, args.features)

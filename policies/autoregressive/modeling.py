@@ -70,7 +70,7 @@ class AutoregressivePolicy(VLAPolicy):
         else:
             self.encoder = None
             self.prefix_encoder = VLAPrefixEncoder(cfg, self.obs_shapes, self.normalizers)
-            language = cfg.vla.architecture.language
+            language = cfg.vla_architecture.language
             hidden = language.hidden_size
             self.action_tokenizer = ActionTokenizer(language.vocab_size)
             self.lm_head = nn.Linear(hidden, language.padded_vocab_size, bias=False)

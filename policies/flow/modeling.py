@@ -100,13 +100,13 @@ class FlowPolicy(VLAPolicy):
                     f"{self.state_dim}; raise it (pi0: 32) or set 0 to use the state size"
                 )
             self.action_expert = ActionExpert(
-                expert_shape(cfg.vla.architecture),
+                expert_shape(cfg.vla_architecture),
                 fcfg.vla_variant,
                 self.model_shape[1],
                 self.model_state_dim,
                 self.prefix_encoder.rope_theta,
             )
-            feature_dim = 2 * cfg.vla.architecture.language.hidden_size
+            feature_dim = 2 * cfg.vla_architecture.language.hidden_size
         else:
             self.prefix_encoder = self.action_expert = None
             self.encoder = ObsEncoder(cfg, cfg.obs_keys, self.obs_shapes, self.normalizers)
@@ -209,7 +209,7 @@ class FlowPolicy(VLAPolicy):
         horizon and the state token."""
         if self.action_expert is None:
             return []
-        e = expert_shape(self.cfg.vla.architecture)
+        e = expert_shape(self.cfg.vla_architecture)
         layers = e.num_layers * self.cfg.flow.num_steps
         expert = TransformerStack(self.model_shape[0] + 1, e.hidden_size, e.intermediate_size, layers)
         return [*super().transformer_stacks(), ("action_head", expert)]

@@ -75,7 +75,7 @@ class VLAFlowPrefix(nn.Module):
         self.image_shift = cfg.image_shift
         self.variant = cfg.flow.vla_variant
         self.backbone = VLABackbone(
-            cfg.vla.architecture,
+            cfg.vla_architecture,
             image_keys=self.image_keys,
             state_dim=0,  # pi0 feeds the state to the expert, pi05 to the prompt
             tokenizer=train_tokenizer(cfg.vla.instructions, cfg.vla.tokenizer_vocab_size),

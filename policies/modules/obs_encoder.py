@@ -9,12 +9,11 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodrl.errors import UserError
-from embodrl.obs_keys import IMAGE_KEYS
+from embodrl.obs_keys import IMAGE_KEYS, VECTOR_KEYS
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.modules.cnn import ImageEncoder, random_shift
+from embodrl.policies.modules.pretrained_tower import PretrainedTower
 from embodrl.policies.normalization import Normalizer
-
-VECTOR_KEYS = ("state", "privileged")
 
 
 def make_normalizers(cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]]) -> nn.ModuleDict:
@@ -26,6 +25,11 @@ def make_normalizers(cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]]) 
     }
     norms["action"] = Normalizer("action", cfg.action_dim, cfg.action_normalization)
     return nn.ModuleDict(norms)
+
+
+def projection(in_dim: int, out_dim: int) -> nn.Sequential:
+    """Feature map [N, C, h, w] -> [N, out_dim]: flatten, linear, LayerNorm (as the scratch CNN ends)."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_dim, out_dim), nn.LayerNorm(out_dim))
 
 
 class ObsEncoder(nn.Module):
@@ -51,13 +55,24 @@ class ObsEncoder(nn.Module):
             cfg.image_shift,
         )
         self._normalizers = dict(normalizers.items())  # owned (and saved) by the policy, shared here
-        self.images = nn.ModuleDict(
-            {
-                k: ImageEncoder(self.shapes[k][:2], cfg.cnn_channels, cfg.image_feature_dim)
-                for k in keys
-                if k in IMAGE_KEYS
-            }
-        )
+        cameras = [k for k in keys if k in IMAGE_KEYS]
+        if cfg.vision.pretrained:
+            # the pretrained tower's feature map, flattened, projected and normalized by a trained head
+            # outside the `vision` group, so policy.lora.vision=frozen leaves the head training
+            channels, _ = cfg.vision.geometry()
+            self.images = nn.ModuleDict({k: PretrainedTower(cfg.vision, self.shapes[k][0]) for k in cameras})
+            cells = {k: cfg.vision.cells(*self.shapes[k][:2]) for k in cameras}
+            self.image_heads = nn.ModuleDict(
+                {k: projection(channels * cells[k], cfg.image_feature_dim) for k in cameras}
+            )
+        else:
+            self.images = nn.ModuleDict(
+                {
+                    k: ImageEncoder(self.shapes[k][:2], cfg.cnn_channels, cfg.image_feature_dim)
+                    for k in cameras
+                }
+            )
+            self.image_heads = nn.ModuleDict()
         self.task_embedding = (
             nn.Embedding(cfg.num_tasks, cfg.task_embedding_dim) if "task_id" in keys else None
         )
@@ -105,16 +120,17 @@ class ObsEncoder(nn.Module):
 
     @property
     def images_frozen(self) -> bool:
-        """Whether there are image encoders and none of them trains (policy.lora.vision=frozen)."""
+        """Whether there are image encoders and none of them trains (policy.lora.vision=frozen, or a
+        pretrained tower with fixed weights)."""
         if not len(self.images):  # checked at every act: state policies skip walking the parameters
             return False
-        params = list(self.images.parameters())
-        return bool(params) and not any(p.requires_grad for p in params)
+        return not any(p.requires_grad for p in self.images.parameters())
 
     def frozen_image_features(self, obs: TensorDict) -> TensorDict | None:
-        """The image encoders' outputs {key: [N, image_feature_dim]} when they are frozen, else None. A
-        rollout stores them (in `replay`) so the update reuses them instead of running the CNNs again:
-        frozen weights give the same features, and the CNNs are most of an image policy's update."""
+        """The image encoders' outputs {key: [N, image_feature_dim] or a pretrained tower's [N, C, h, w]}
+        when they are frozen, else None. A rollout stores them (in `replay`) so the update reuses them
+        instead of running the encoders again: frozen weights give the same features, and the encoders are
+        most of an image policy's update."""
         if not self.images_frozen:
             return None
         with torch.no_grad():
@@ -133,11 +149,13 @@ class ObsEncoder(nn.Module):
             value = obs[key]
             if key in self.images:
                 if image_features is not None:
-                    parts.append(image_features[key])
+                    cached = image_features[key]
+                    parts.append(self.image_heads[key](cached) if key in self.image_heads else cached)
                     continue
                 if augment and self.image_shift > 0:
                     value = random_shift(value, self.image_shift)
-                parts.append(self.images[key](value))
+                features = self.images[key](value)
+                parts.append(self.image_heads[key](features) if key in self.image_heads else features)
             elif key == "task_id":
                 parts.append(self.task_embedding(value.long()))
             else:

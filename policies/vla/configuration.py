@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 from embodrl.choices import check_choice, check_positive
 from embodrl.errors import ConfigError
+from embodrl.policies.vision_config import IMAGENET_MEAN_STD, VisionConfig
 
-VISION_KINDS = ("siglip", "dinov2")
+VISION_KINDS = ("siglip", "dinov2")  # ViTs; a pretrained conv tower is named by its vision_config.TOWERS key
 LANGUAGE_MODEL_TYPES = ("llama", "qwen2", "gemma")
 PROJECTORS = ("linear", "mlp", "fused_gelu_mlp")
 PROMPT_FORMATS = ("plain", "openvla")
 SIGLIP_MEAN_STD = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))  # SigLIP expects pixels in [-1, 1]
-IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))  # DINOv2
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,13 @@ class VisionTowerConfig:
     # -1: the final block's output after the final LayerNorm; -k (k >= 2): the raw output of the k-th block
     # from the end (Prismatic/OpenVLA read -2, timm's get_intermediate_layers(n={L - 2})).
     feature_layer: int = -1
+    # A pretrained conv tower (kind in vision_config.TOWERS): patch_size is its stride, hidden_size its
+    # channels, num_layers its blocks; `trainable` False keeps its weights fixed.
+    trainable: bool = True
+
+    @property
+    def is_transformer(self) -> bool:
+        return self.kind in VISION_KINDS
 
     @property
     def num_patches(self) -> int:
@@ -93,6 +100,31 @@ class VLAArchitecture:
     @property
     def vision_dim(self) -> int:
         return sum(tower.hidden_size for tower in self.vision_towers)
+
+
+def with_pretrained_tower(architecture: VLAArchitecture, vision: VisionConfig) -> VLAArchitecture:
+    """`architecture` with one pretrained conv tower, at the first tower's image size, in place of its
+    vision towers: the cells of its feature map are the image tokens."""
+    channels, stride = vision.geometry()
+    size = architecture.vision_towers[0].image_size
+    if size % stride:
+        raise ConfigError(
+            f"images of {size} px do not tile into the {stride} px cells of {vision.tower} after "
+            f"{vision.blocks} blocks; set policy.vla.image_size to a multiple of {stride}"
+        )
+    tower = VisionTowerConfig(
+        vision.tower,
+        size,
+        stride,
+        channels,
+        vision.blocks,
+        0,
+        0,
+        image_mean=IMAGENET_MEAN_STD[0],
+        image_std=IMAGENET_MEAN_STD[1],
+        trainable=vision.train_tower,
+    )
+    return dataclasses.replace(architecture, vision_towers=(tower,))
 
 
 _SIGLIP_SO400M_224 = VisionTowerConfig("siglip", 224, 14, 1152, 27, 16, 4304)

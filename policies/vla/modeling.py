@@ -21,6 +21,8 @@ from transformers import (
 
 from embodrl.errors import UserError
 from embodrl.policies.modules.cnn import random_shift
+from embodrl.policies.modules.pretrained_tower import PretrainedTower
+from embodrl.policies.vision_config import VisionConfig
 from embodrl.policies.vla.configuration import (
     LanguageModelConfig,
     VisionTowerConfig,
@@ -30,8 +32,12 @@ from embodrl.policies.vla.configuration import (
 from embodrl.policies.vla.tokenizer import read_instructions, tokenize_instructions, tokenize_openvla_prompts
 
 
-def build_vision_tower(cfg: VisionTowerConfig) -> PreTrainedModel:
-    """A randomly initialised SigLIP or DINOv2 (with registers) ViT shaped by `cfg`."""
+def build_vision_tower(cfg: VisionTowerConfig) -> nn.Module:
+    """A randomly initialised SigLIP or DINOv2 (with registers) ViT shaped by `cfg`, or the
+    ImageNet-pretrained conv tower it names."""
+    if not cfg.is_transformer:
+        vision = VisionConfig(tower=cfg.kind, blocks=cfg.num_layers, train_tower=cfg.trainable)
+        return PretrainedTower(vision, cfg.image_size)
     if cfg.kind == "siglip":
         config = SiglipVisionConfig(
             hidden_size=cfg.hidden_size,
@@ -212,8 +218,11 @@ class VLABackbone(nn.Module):
         )
 
 
-def tower_features(tower: PreTrainedModel, cfg: VisionTowerConfig, pixels: torch.Tensor) -> torch.Tensor:
-    """Token features [N, tokens, D] of one tower at `cfg.feature_layer` (see VisionTowerConfig)."""
+def tower_features(tower: nn.Module, cfg: VisionTowerConfig, pixels: torch.Tensor) -> torch.Tensor:
+    """Token features [N, tokens, D] of one tower at `cfg.feature_layer` (see VisionTowerConfig); a conv
+    tower's feature-map cells, row by row."""
+    if not cfg.is_transformer:
+        return tower.features(pixels).flatten(2).transpose(1, 2)  # [N, C, h, w] -> [N, h * w, C]
     if cfg.feature_layer == -1:
         return tower(pixel_values=pixels).last_hidden_state
     return tower(pixel_values=pixels, output_hidden_states=True).hidden_states[cfg.feature_layer]

@@ -44,7 +44,7 @@ class VLAPrefixEncoder(nn.Module):
         # A plain dict, so the normalizer stays owned (and saved) by the policy alone, not registered twice.
         self._normalizers = {"state": normalizers["state"]} if self.uses_state else {}
         self.backbone = VLABackbone(
-            cfg.vla.architecture,
+            cfg.vla_architecture,
             image_keys=[k for k in cfg.obs_keys if k in IMAGE_KEYS],
             state_dim=obs_shapes["state"][-1] if self.uses_state else 0,
             tokenizer=train_tokenizer(cfg.vla.instructions, cfg.vla.tokenizer_vocab_size),
@@ -98,7 +98,7 @@ class VLAPolicy(Policy):
         if self.prefix_encoder is None:
             return []
         cfg = self.cfg
-        arch = cfg.vla.architecture
+        arch = cfg.vla_architecture
         images = len([k for k in cfg.obs_keys if k in IMAGE_KEYS])
         stacks = [
             (
@@ -106,6 +106,7 @@ class VLAPolicy(Policy):
                 TransformerStack(images * t.num_patches, t.hidden_size, t.intermediate_size, t.num_layers),
             )
             for t in arch.vision_towers
+            if t.is_transformer
         ]
         patches = images * (arch.vision_towers[0].num_patches if arch.vision_towers else 0)
         lm = arch.language
