@@ -4,27 +4,12 @@ from __future__ import annotations
 
 import signal
 import threading
-from abc import ABC, abstractmethod
 
 from embodrl.engine.channel import Channel, DirectChannel, Header
 from embodrl.engine.config import EngineConfig
 from embodrl.engine.env_worker import build_env_worker, serve_env_worker
+from embodrl.engine.worker_handle import WorkerHandle
 from embodrl.sims.config import EnvConfig
-
-
-class WorkerHandle(ABC):
-    """A started worker."""
-
-    @abstractmethod
-    def alive(self) -> bool: ...
-
-    @abstractmethod
-    def describe_exit(self) -> str:
-        """Why the worker is gone, for error messages."""
-
-    @abstractmethod
-    def join(self, timeout: float) -> None:
-        """Wait for the worker to end; kill it (this worker only) if it does not."""
 
 
 class ThreadHandle(WorkerHandle):

@@ -16,7 +16,7 @@ import logging
 from embodrl.engine.channel import Channel
 from embodrl.engine.config import RayConfig
 from embodrl.engine.env_worker import serve_env_worker
-from embodrl.engine.launch import WorkerHandle
+from embodrl.engine.worker_handle import WorkerHandle
 from embodrl.errors import UserError
 from embodrl.sims.config import EnvConfig
 
