@@ -25,7 +25,7 @@ from embodrl.data.rollout_buffer import RolloutBuffer
 from embodrl.engine.channel import Header, make_channel
 from embodrl.engine.env_client import StagedEnv
 from embodrl.engine.schedules import make_schedule
-from embodrl.train.rl_runner import build_policy
+from embodrl.train.policy_setup import build_policy
 
 
 def _echo(requests, replies) -> None:

@@ -38,7 +38,7 @@ from embodrl.config import compose
 from embodrl.data.rollout_buffer import RolloutBuffer
 from embodrl.engine.env_client import StagedEnv
 from embodrl.engine.schedules import make_schedule
-from embodrl.train.rl_runner import build_policy
+from embodrl.train.policy_setup import build_policy
 
 
 def modes(stages: list[int]) -> dict[str, list[str]]:

@@ -13,6 +13,7 @@ from embodrl.errors import UserError
 from embodrl.policies.loading import load_policy
 from embodrl.policies.lora import save_policy
 
+LAST = "checkpoints/last"  # a run folder's latest checkpoint, which --resume continues from
 POLICY_DIR = "policy"
 STATE_FILE = "trainer_state.pt"
 INFO_FILE = "info.json"

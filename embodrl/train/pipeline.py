@@ -8,8 +8,8 @@ from pathlib import Path
 
 from embodrl.config import ExperimentConfig
 from embodrl.policies.lora_config import LoRAConfig
-from embodrl.train.checkpointing import POLICY_DIR
-from embodrl.train.rl_runner import LAST, OnPolicyRunner
+from embodrl.train.checkpointing import LAST, POLICY_DIR
+from embodrl.train.rl_runner import OnPolicyRunner
 
 SFT_DIR = "sft"
 SFT_DONE = "final_eval.json"  # written by SFTRunner.learn when it finishes

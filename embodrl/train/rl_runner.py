@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
 import time
 from contextlib import nullcontext
@@ -25,70 +24,14 @@ from embodrl.parallel.data_parallel import DataParallel
 from embodrl.parallel.distributed import from_main, init_from_env, is_main, rank, rank_seed, sum_over_ranks
 from embodrl.parallel.full_state import UnshardedCopy, load_full_optimizer_state, load_full_weights
 from embodrl.parallel.offload import PhaseOffload
-from embodrl.policies.config import overridden_by_checkpoint
-from embodrl.policies.finetune import prepare_finetuning
-from embodrl.policies.loading import load_policy
-from embodrl.policies.lora import group_of
-from embodrl.policies.lora_config import GROUPS
-from embodrl.policies.registry import make_policy
-from embodrl.sims.base import VecEnv
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
-from embodrl.train.checkpointing import POLICY_DIR, restore_checkpoint, rng_state, save_checkpoint
+from embodrl.train.checkpointing import LAST, POLICY_DIR, restore_checkpoint, rng_state, save_checkpoint
 from embodrl.train.evaluation import eval_metrics, evaluate_policy
 from embodrl.train.logger import MetricsLogger, plot_learning_curve, wandb_target
 from embodrl.train.memory import estimate_policy_memory
+from embodrl.train.policy_setup import build_policy
 from embodrl.train.stopping import StopAtIterationEnd
-
-LAST = "checkpoints/last"
-
-log = logging.getLogger(__name__)
-
-
-def build_policy(cfg: ExperimentConfig, env: VecEnv):
-    """A fresh policy shaped for `env`, or the checkpoint named by `policy.init_from`; then the fine-tuning
-    settings (policy.lora, train_expert_only, gradient_checkpointing) of the experiment are applied."""
-    if cfg.policy.init_from:
-        policy = load_policy(cfg.policy.init_from, device=cfg.device)
-        ignored = overridden_by_checkpoint(cfg.policy, policy.cfg)
-        if ignored:  # e.g. policy.flow.likelihood=sde given with an SFT checkpoint built for noise
-            log.warning(
-                "policy.init_from=%s keeps the checkpoint's own policy settings; these experiment settings "
-                "are not applied: %s",
-                cfg.policy.init_from,
-                ", ".join(ignored),
-            )
-        if not policy.cfg.vla.instructions:  # an imported VLA checkpoint knows no env's instructions
-            policy.set_instruction_table(env.instruction_table)
-    else:
-        pcfg = cfg.policy
-        if "task_id" in pcfg.read_keys and pcfg.num_tasks == 0:
-            pcfg = dataclasses.replace(pcfg, num_tasks=len(env.instruction_table))
-        if not pcfg.vla.instructions:  # VLA policies read instructions by task_id through this table
-            pcfg = dataclasses.replace(
-                pcfg, vla=dataclasses.replace(pcfg.vla, instructions=tuple(env.instruction_table))
-            )
-        policy = make_policy(pcfg, env.observation_spec, device=cfg.device)
-        present = {group_of(name) for name, _ in policy.named_parameters()}
-        kept = [g for g in GROUPS if g in present and getattr(cfg.policy.trained_groups, g) != "full"]
-        if kept:
-            log.warning(
-                "the policy is built from scratch (no policy.init_from), so its %s weights stay at their "
-                "random initialization (policy.lora / train_expert_only freeze them or put adapters on them)",
-                " and ".join(kept),
-            )
-    if policy.cfg.action_dim != env.action_spec.dim:
-        raise UserError(
-            f"the policy acts in {policy.cfg.action_dim} dims but {cfg.env.suite} expects "
-            f"{env.action_spec.dim}; set policy.action_dim={env.action_spec.dim}"
-        )
-    missing = [k for k in policy.cfg.read_keys if k not in env.observation_spec]
-    if missing:
-        raise UserError(
-            f"the policy reads {missing} but the env observes {list(env.observation_spec)}; "
-            "change policy.obs_keys or env.obs_mode"
-        )
-    return prepare_finetuning(policy, cfg.policy)
 
 
 class OnPolicyRunner:

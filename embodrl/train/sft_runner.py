@@ -19,11 +19,11 @@ from embodrl.errors import UserError
 from embodrl.parallel.distributed import launched_by_torchrun
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
-from embodrl.train.checkpointing import POLICY_DIR, restore_checkpoint, rng_state, save_checkpoint
+from embodrl.train.checkpointing import LAST, POLICY_DIR, restore_checkpoint, rng_state, save_checkpoint
 from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
 from embodrl.train.logger import MetricsLogger, wandb_target
 from embodrl.train.memory import estimate_policy_memory
-from embodrl.train.rl_runner import LAST, build_policy
+from embodrl.train.policy_setup import build_policy
 from embodrl.train.stopping import StopAtIterationEnd
 
 

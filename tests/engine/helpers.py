@@ -11,7 +11,7 @@ from embodrl.engine.env_client import StagedEnv
 from embodrl.engine.schedules import make_schedule
 from embodrl.policies.base import ActOut
 from embodrl.policies.gaussian.modeling import GaussianPolicy
-from embodrl.train.rl_runner import build_policy
+from embodrl.train.policy_setup import build_policy
 from tests.pendulum import pendulum
 
 __all__ = ["DeterministicGaussian", "collect_once", "make_policy", "pendulum", "pipelined_rollout"]

@@ -8,7 +8,7 @@ import pytest
 from embodrl.cli import main as cli
 from embodrl.config import compose
 from embodrl.sims.registry import make_env
-from embodrl.train.rl_runner import build_policy
+from embodrl.train.policy_setup import build_policy
 
 SCRIPT = Path(__file__).parents[2] / "scripts" / "probe_image_features.py"
 probe = runpy.run_path(str(SCRIPT))["main"]

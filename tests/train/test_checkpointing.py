@@ -5,9 +5,9 @@ from embodrl.config import compose, make_run_dir
 from embodrl.errors import UserError
 from embodrl.sims import registry
 from embodrl.sims.registry import make_env
-from embodrl.train.checkpointing import restore_checkpoint, rng_state, save_checkpoint
+from embodrl.train.checkpointing import LAST, restore_checkpoint, rng_state, save_checkpoint
 from embodrl.train.logger import read_metrics
-from embodrl.train.rl_runner import LAST, OnPolicyRunner
+from embodrl.train.rl_runner import OnPolicyRunner
 from tests.engine import flaky_env
 from tests.engine.helpers import make_policy, pendulum
 

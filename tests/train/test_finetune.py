@@ -18,8 +18,9 @@ from embodrl.policies.loading import load_policy
 from embodrl.policies.lora import group_of
 from embodrl.policies.pretrained.pi0 import import_pi0
 from embodrl.sims.registry import make_env
+from embodrl.train.checkpointing import LAST
 from embodrl.train.logger import read_metrics
-from embodrl.train.rl_runner import LAST, OnPolicyRunner
+from embodrl.train.rl_runner import OnPolicyRunner
 from embodrl.train.sft_runner import SFTRunner
 from tests.pendulum import pendulum
 from tests.policies.pretrained.pi0_testing import V_WIDTH, VISION, write_checkpoint

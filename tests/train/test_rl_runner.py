@@ -9,8 +9,9 @@ import torch
 from embodrl.config import compose, make_run_dir
 from embodrl.errors import Terminated, UserError
 from embodrl.policies.loading import load_policy
+from embodrl.train.checkpointing import LAST
 from embodrl.train.logger import read_metrics
-from embodrl.train.rl_runner import LAST, OnPolicyRunner
+from embodrl.train.rl_runner import OnPolicyRunner
 from tests.pendulum import pendulum
 
 # The shared pendulum, with longer episodes, wider nets and a one-iteration critic warm-up
@@ -164,7 +165,7 @@ def test_experiment_settings_a_checkpoint_replaces_are_named_in_a_warning(tmp_pa
     first = _runner(tmp_path, "train.iterations=1", "train.eval_every=0", "train.videos=0")
     first.learn()
     source = first.run_dir / LAST / "policy"
-    with caplog.at_level(logging.WARNING, logger="embodrl.train.rl_runner"):
+    with caplog.at_level(logging.WARNING, logger="embodrl.train.policy_setup"):
         _runner(tmp_path, f"policy.init_from={source}")
         assert not caplog.records  # the experiment that wrote the checkpoint: nothing to report
         loaded = _runner(tmp_path, f"policy.init_from={source}", "policy.gaussian.hidden_dims=[16,16]")
@@ -173,7 +174,7 @@ def test_experiment_settings_a_checkpoint_replaces_are_named_in_a_warning(tmp_pa
 
 
 def test_freezing_a_policy_built_from_scratch_is_named_in_a_warning(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="embodrl.train.rl_runner"):
+    with caplog.at_level(logging.WARNING, logger="embodrl.train.policy_setup"):
         _runner(tmp_path, "policy.lora.vision=frozen")  # the pendulum policy has no CNN: nothing kept
         assert not caplog.records
         _runner(tmp_path, "policy.lora.action_head=frozen")

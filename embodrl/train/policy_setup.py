@@ -1,0 +1,65 @@
+"""The policy a training run starts from: built for its env or loaded from `policy.init_from`, then set up
+for fine-tuning; shared by the SFT and RL runners."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from embodrl.config import ExperimentConfig
+from embodrl.errors import UserError
+from embodrl.policies.base import Policy
+from embodrl.policies.config import overridden_by_checkpoint
+from embodrl.policies.finetune import prepare_finetuning
+from embodrl.policies.loading import load_policy
+from embodrl.policies.lora import group_of
+from embodrl.policies.lora_config import GROUPS
+from embodrl.policies.registry import make_policy
+from embodrl.sims.base import VecEnv
+
+log = logging.getLogger(__name__)
+
+
+def build_policy(cfg: ExperimentConfig, env: VecEnv) -> Policy:
+    """A fresh policy shaped for `env`, or the checkpoint named by `policy.init_from`; then the fine-tuning
+    settings (policy.lora, train_expert_only, gradient_checkpointing) of the experiment are applied."""
+    if cfg.policy.init_from:
+        policy = load_policy(cfg.policy.init_from, device=cfg.device)
+        ignored = overridden_by_checkpoint(cfg.policy, policy.cfg)
+        if ignored:  # e.g. a likelihood setting given with an SFT checkpoint built for another one
+            log.warning(
+                "policy.init_from=%s keeps the checkpoint's own policy settings; these experiment settings "
+                "are not applied: %s",
+                cfg.policy.init_from,
+                ", ".join(ignored),
+            )
+        if not policy.cfg.instruction_table:  # an imported checkpoint knows no env's instructions
+            policy.set_instruction_table(env.instruction_table)
+    else:
+        pcfg = cfg.policy
+        if "task_id" in pcfg.read_keys and pcfg.num_tasks == 0:
+            pcfg = dataclasses.replace(pcfg, num_tasks=len(env.instruction_table))
+        if not pcfg.instruction_table:  # language policies read instructions by task_id through this table
+            pcfg = pcfg.with_instruction_table(env.instruction_table)
+        policy = make_policy(pcfg, env.observation_spec, device=cfg.device)
+        present = {group_of(name) for name, _ in policy.named_parameters()}
+        kept = [g for g in GROUPS if g in present and getattr(cfg.policy.trained_groups, g) != "full"]
+        if kept:
+            log.warning(
+                "the policy is built from scratch (no policy.init_from), so its %s weights stay at their "
+                "random initialization (policy.lora / train_expert_only freeze them or put adapters on them)",
+                " and ".join(kept),
+            )
+    if policy.cfg.action_dim != env.action_spec.dim:
+        raise UserError(
+            f"the policy acts in {policy.cfg.action_dim} dims but {cfg.env.suite} expects "
+            f"{env.action_spec.dim}; set policy.action_dim={env.action_spec.dim}"
+        )
+    missing = [k for k in policy.cfg.read_keys if k not in env.observation_spec]
+    if missing:
+        raise UserError(
+            f"the policy reads {missing} but the env observes {list(env.observation_spec)}; "
+            "change policy.obs_keys or env.obs_mode"
+        )
+    prepare_finetuning(policy, cfg.policy)  # in place
+    return policy
