@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from embodrl.config import ExperimentConfig, compose
-from embodrl.data.collect import CollectConfig, collect_demos
+from embodrl.train.collect import CollectConfig, collect_demos
 from embodrl.train.sft_runner import SFTRunner
 
 BASE_EXPERIMENT = "pick_flow_noise"  # sparse-reward tabletop-basic task, 80-step episodes, eval on ids 0+

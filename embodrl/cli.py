@@ -144,7 +144,7 @@ def _print_best(final: dict, counted: str, episodes: int, run_dir) -> None:
 
 def cmd_collect(args: argparse.Namespace) -> None:
     from embodrl.config import compose
-    from embodrl.data.collect import CollectConfig, collect_demos
+    from embodrl.train.collect import CollectConfig, collect_demos
 
     experiment, overrides = _experiment_and_overrides(args.config)
     cfg = compose(experiment, overrides)

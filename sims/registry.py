@@ -20,6 +20,12 @@ SUITES: dict[str, str] = {
     **{f"libero-{s}": "embodrl.sims.libero:make_libero" for s in ("spatial", "object", "goal", "10", "90")},
 }
 
+# suite name -> "module:table" for suites made of named tasks: table[suite].tasks names them.
+SUITE_TASKS: dict[str, str] = {
+    "tabletop-basic": "embodrl.sims.tabletop.tasks:SUITES",
+    "tabletop-lang": "embodrl.sims.tabletop.tasks:SUITES",
+}
+
 
 def make_env(cfg: EnvConfig, device: str = "cpu") -> VecEnv:
     """Build the VecEnv named by `cfg.suite`."""
@@ -27,6 +33,14 @@ def make_env(cfg: EnvConfig, device: str = "cpu") -> VecEnv:
         raise UserError(f"unknown suite {cfg.suite!r}; valid suites: {', '.join(SUITES)}")
     module, factory = SUITES[cfg.suite].split(":")
     return getattr(importlib.import_module(module), factory)(cfg, device=device)
+
+
+def suite_tasks(suite: str) -> tuple[str, ...] | None:
+    """The named tasks of `suite` (each one env.task), or None for a suite that is one env as configured."""
+    if suite not in SUITE_TASKS:
+        return None
+    module, table = SUITE_TASKS[suite].split(":")
+    return getattr(importlib.import_module(module), table)[suite].tasks
 
 
 def describe_suites() -> dict[str, dict[str, list[str]]]:

@@ -8,11 +8,11 @@ import json
 import torch
 
 from embodrl.config import compose, make_run_dir
-from embodrl.data.collect import CollectConfig, collect_demos
 from embodrl.policies.loading import load_policy
 from embodrl.sims.registry import make_env
 from embodrl.train import sft_runner
 from embodrl.train.best import BEST, BEST_EVAL_FILE, BestCheckpoint
+from embodrl.train.collect import CollectConfig, collect_demos
 from embodrl.train.rl_runner import OnPolicyRunner
 from embodrl.train.sft_runner import SFTRunner
 from tests.engine.helpers import make_policy

@@ -10,7 +10,6 @@ from tensordict import TensorDict
 
 from embodrl.config import compose, make_run_dir
 from embodrl.convert import convert
-from embodrl.data.collect import CollectConfig, collect_demos
 from embodrl.errors import ConfigError, UserError
 from embodrl.policies.checkpoint import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE
 from embodrl.policies.finetune import enable_gradient_checkpointing, prepare_finetuning
@@ -19,6 +18,7 @@ from embodrl.policies.lora import group_of
 from embodrl.policies.pretrained.pi0 import import_pi0
 from embodrl.sims.registry import make_env
 from embodrl.train.checkpointing import LAST
+from embodrl.train.collect import CollectConfig, collect_demos
 from embodrl.train.logger import read_metrics
 from embodrl.train.rl_runner import OnPolicyRunner
 from embodrl.train.sft_runner import SFTRunner

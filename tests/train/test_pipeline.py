@@ -3,9 +3,9 @@ import json
 from safetensors.torch import load_file
 
 from embodrl.config import compose, make_run_dir
-from embodrl.data.collect import CollectConfig, collect_demos
 from embodrl.policies.checkpoint import WEIGHTS_FILE
 from embodrl.policies.lora_config import LoRAConfig
+from embodrl.train.collect import CollectConfig, collect_demos
 from embodrl.train.pipeline import SFT_DIR, sft_stage, train
 
 

@@ -19,6 +19,7 @@ from embodrl.data.video import VideoConfig
 from embodrl.errors import UserError
 from embodrl.sims.base import VecEnv
 from embodrl.sims.config import EnvConfig
+from embodrl.sims.registry import make_env, suite_tasks
 from embodrl.train.episodes import run_episodes
 
 
@@ -177,13 +178,12 @@ def collect_episodes(
     return counts["kept"], counts["failed"]
 
 
-def suite_tasks(env_cfg: EnvConfig) -> tuple[str | None, ...]:
-    """The tasks to collect separately: the configured one, a tabletop suite's tasks, or the env as is."""
+def tasks_to_collect(env_cfg: EnvConfig) -> tuple[str | None, ...]:
+    """The tasks to collect separately: the configured one, the suite's named tasks, or the env as is."""
     if env_cfg.task is not None:
         return (env_cfg.task,)
-    from embodrl.sims.tabletop.tasks import SUITES
-
-    return SUITES[env_cfg.suite].tasks if env_cfg.suite in SUITES else (None,)
+    tasks = suite_tasks(env_cfg.suite)
+    return (None,) if tasks is None else tasks
 
 
 def collect_demos(
@@ -194,9 +194,7 @@ def collect_demos(
     Episodes are saved as they finish: an interrupted run leaves every saved episode readable; a
     finished run concatenates them into LeRobot's usual files.
     """
-    from embodrl.sims.registry import make_env
-
-    tasks = suite_tasks(env_cfg)
+    tasks = tasks_to_collect(env_cfg)
     stats = CollectStats(root=Path(out_dir))
     begin = time.perf_counter()
     writer: LeRobotDatasetWriter | None = None

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from embodrl.data.collect import CollectConfig, collect_demos, collect_episodes, dataset_features
 from embodrl.data.lerobot_dataset import LeRobotDataset, LeRobotDatasetWriter
 from embodrl.errors import UserError
 from embodrl.sims.config import EnvConfig
+from embodrl.train.collect import CollectConfig, collect_demos, collect_episodes, dataset_features
 from tests.data.counting_env import INSTRUCTIONS, CountingEnv
 
 
