@@ -41,3 +41,14 @@ def test_probe_reads_the_policy_image_encoder_and_scores_both_datasets(demos, tm
     assert untrained[1000.0] != results[1000.0]
     pixels = probe([*common, "--features", "pixels", "--lambdas", "0.001"])
     assert min(pixels[0.001]["fitted"]) > 0.99
+
+
+def test_probe_scores_a_pretrained_tower_without_a_checkpoint(demos, capsys):
+    common = ["--train", str(demos / "fit"), "--test", str(demos / "unseen"), "--lambdas", "1000"]
+    results = probe(["--tower", "efficientnet-lite0", "--blocks", "5", *common])
+    assert "unseen, 2560 features" in capsys.readouterr().out  # 40 channels x 8 x 8 cells of a 64 px image
+    assert len(results[1000.0]["unseen"]) == 4
+    deeper = probe(["--tower", "efficientnet-lite0", "--blocks", "8", *common])
+    assert "unseen, 1280 features" in capsys.readouterr().out and deeper != results  # 80 x 4 x 4
+    with pytest.raises(SystemExit):  # argparse: blocks of another tower are not choices
+        probe(["--tower", "resnet", *common])
