@@ -122,6 +122,31 @@ class AlgoConfig:
         """Whether the advantage estimator reads V(s), so a value head is trained."""
         return self.estimator in registry.CRITIC_ADVANTAGES
 
+    @property
+    def grouped_rollouts(self) -> bool:
+        """Whether the algorithm compares envs that started from the same state (GRPO's groups of
+        `group_size` consecutive envs), so every rollout starts from fresh states shared within a group."""
+        return self.name == "grpo"
+
+    @property
+    def envs_per_initial_state(self) -> int:
+        """How many consecutive envs start a rollout from one initial state: a group, or 1 (each its own)."""
+        return self.group_size if self.grouped_rollouts else 1
+
+    @property
+    def carries_episodes_over(self) -> bool:
+        """Whether fixed-length rollout windows may continue unfinished episodes in the next iteration, as
+        standard PPO does; grouped rollouts need every member to start together."""
+        return not self.grouped_rollouts
+
+    def check_num_envs(self, num_envs: int) -> None:
+        """Grouped rollouts need whole groups: `num_envs` a multiple of `group_size`."""
+        if num_envs % self.envs_per_initial_state:
+            raise ConfigError(
+                f"GRPO groups: env.num_envs={num_envs} must be a multiple of "
+                f"algo.group_size={self.group_size}"
+            )
+
 
 def _check_unit_interval(key: str, value: float) -> None:
     if not 0 <= value <= 1:

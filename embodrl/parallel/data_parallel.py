@@ -33,7 +33,7 @@ from embodrl.choices import check_choice
 
 STRATEGIES = ("ddp", "fsdp")
 # The repeated blocks of transformers and ViTs: LlamaDecoderLayer, GemmaDecoderLayer, SiglipEncoderLayer,
-# the flow action expert's ExpertLayer, timm's Block.
+# the action expert's ExpertLayer, timm's Block.
 BLOCK_SUFFIXES = ("Layer", "Block")
 # The policy methods that read its weights (embodrl.policies.base): each gathers the root's shards.
 FORWARD_METHODS = ("act", "value", "evaluate")

@@ -63,9 +63,9 @@ def replayable_episodes(dataset: LeRobotDataset, env_task: str | None) -> list[i
 
 
 def _seeded_actions(policy: Policy, obs, seed: int, device: torch.device) -> torch.Tensor:
-    """The deterministic action chunk [n, C, A] on the CPU, drawn under `seed`: flow and diffusion heads draw
-    their initial noise even when deterministic (on the policy's device), and the same draw for the env's
-    and the dataset's observations keeps it from counting as an observation difference."""
+    """The deterministic action chunk [n, C, A] on the CPU, drawn under `seed`: heads that denoise an action
+    draw their initial noise even when deterministic (on the policy's device), and the same draw for the
+    env's and the dataset's observations keeps it from counting as an observation difference."""
     with seeded_torch_rng(seed, device):
         return policy.act(obs, deterministic=True).actions.cpu()
 

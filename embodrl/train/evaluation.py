@@ -37,8 +37,8 @@ def evaluate_policy(
     """Play episodes from initial states first_state_id + [0, episodes); write the first `record` as mp4
     into video_dir.
 
-    `deterministic` drops the policy's exploration noise, not every random draw: flow and diffusion
-    policies still start from sampled noise. Those draws come from torch's RNG seeded with `seed` inside
+    `deterministic` drops the policy's exploration noise, not every random draw: policies that denoise
+    an action still start from sampled noise. Those draws come from torch's RNG seeded with `seed` inside
     a fork, so the result is a function of the weights and the episodes (two evaluations of one
     checkpoint agree) and the caller's random stream is left as it was.
     """

@@ -35,8 +35,9 @@ from embodrl.train.stopping import StopAtIterationEnd
 
 
 class OnPolicyRunner:
-    """Trains a policy with PPO/GRPO in one VecEnv; episodes start from reset_to, and with fixed windows
-    (train.rollout_steps > 0, PPO) they carry over from one iteration to the next.
+    """Trains a policy with the on-policy algorithm `algo.name` in one VecEnv; episodes start from reset_to,
+    and with fixed windows (train.rollout_steps > 0) they carry over from one iteration to the next when
+    the algorithm allows it (AlgoConfig.carries_episodes_over).
 
     Under torchrun (WORLD_SIZE > 1) every rank runs one: each steps env.num_envs envs of its own with
     rank-dependent seeds, the update averages gradients over ranks (engine.data_parallel), and rank 0
@@ -62,9 +63,9 @@ class OnPolicyRunner:
                 "engine.data_parallel=fsdp avoids: set algo.kl_coef=0 or engine.data_parallel=ddp"
             )
         self.unsharded = UnshardedCopy(self.policy) if sharded else None  # taken before sharding
-        # Fixed-length windows (train.rollout_steps > 0) carry episodes across iterations, as standard
-        # PPO does; episode-sized rollouts and GRPO groups start every iteration from fresh states.
-        continue_episodes = cfg.train.rollout_steps > 0 and cfg.algo.name != "grpo"
+        # Fixed-length windows (train.rollout_steps > 0) carry episodes across iterations when the
+        # algorithm allows it; episode-sized rollouts start every iteration from fresh states.
+        continue_episodes = cfg.train.rollout_steps > 0 and cfg.algo.carries_episodes_over
         self.algo = PPO(
             self.policy,
             cfg.algo,
@@ -101,11 +102,7 @@ class OnPolicyRunner:
             "minibatch": torch.Generator().manual_seed(cfg.seed),
             "init_states": torch.Generator().manual_seed(cfg.seed + 1),
         }
-        if cfg.algo.name == "grpo" and self.env.num_envs % cfg.algo.group_size:
-            raise UserError(
-                f"GRPO groups: env.num_envs={self.env.num_envs} must be a multiple of "
-                f"algo.group_size={cfg.algo.group_size}"
-            )
+        cfg.algo.check_num_envs(self.env.num_envs)
         self.iteration, self.env_steps, self.wall_time, self.env_restarts = 0, 0, 0.0, 0
         self.best = BestCheckpoint(run_dir) if cfg.train.keep_best else None
         if resume:
@@ -117,13 +114,13 @@ class OnPolicyRunner:
         self.schedule.push_weights(self.policy, self.iteration)  # weight version = updates done
 
     def _initial_states(self) -> torch.Tensor:
-        """State ids for this iteration's episodes; GRPO groups of G consecutive envs share one."""
-        n, gen = self.env.num_envs, self.generators["init_states"]
-        if self.cfg.algo.name == "grpo":
-            group = self.cfg.algo.group_size
-            ids = torch.randint(self.env.num_init_states, (n // group,), generator=gen)
-            return ids.repeat_interleave(group)
-        return torch.randint(self.env.num_init_states, (n,), generator=gen)
+        """State ids for this iteration's episodes: each run of `algo.envs_per_initial_state` consecutive
+        envs shares one."""
+        share = self.cfg.algo.envs_per_initial_state
+        ids = torch.randint(
+            self.env.num_init_states, (self.env.num_envs // share,), generator=self.generators["init_states"]
+        )
+        return ids.repeat_interleave(share)
 
     def learn(self) -> dict:
         """Train to train.iterations; returns the final evaluation (rank 0's, on every rank)."""
@@ -288,7 +285,7 @@ class OnPolicyRunner:
         load_weights = None if self.unsharded is None else partial(load_full_weights, self.policy)
         state = restore_checkpoint(directory, self.policy, self.cfg.device, self.generators, load_weights)
         algo = state["algo"]
-        if self.unsharded is not None:  # saved by parameter name: loaded here, PPO restores the rest
+        if self.unsharded is not None:  # saved by parameter name: loaded here, the update restores the rest
             load_full_optimizer_state(self.policy, self.algo.optimizer, algo["optimizer"])
             algo = {**algo, "optimizer": self.algo.optimizer.state_dict()}
         self.algo.load_state_dict(algo)

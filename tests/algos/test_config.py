@@ -80,3 +80,14 @@ def test_registry_resolves_lazily_and_accepts_new_entries():
 )
 def test_advantage_normalization_reads_the_old_bool_spellings(value, mode):
     assert AlgoConfig(normalize_advantages=value).normalize_advantages == mode
+
+
+def test_grouped_rollouts_share_initial_states_start_fresh_and_need_whole_groups():
+    grpo, ppo = AlgoConfig(name="grpo", group_size=4), AlgoConfig(name="ppo", group_size=4)
+    settings = lambda cfg: (cfg.grouped_rollouts, cfg.envs_per_initial_state, cfg.carries_episodes_over)
+    assert settings(grpo) == (True, 4, False)
+    assert settings(ppo) == (False, 1, True)
+    grpo.check_num_envs(8)
+    ppo.check_num_envs(7)
+    with pytest.raises(ConfigError, match="env.num_envs=6 must be a multiple of algo.group_size=4"):
+        grpo.check_num_envs(6)

@@ -3,8 +3,8 @@
 Rollout b (the b-th one `collect` returns) is consumed by update b, i.e. by the actor at weight
 version b. Before the producer starts rollout b it waits until version b - max_staleness has been
 pushed, and weights pushed during a rollout are applied between decisions (in-flight update), so
-every sample is at most max_staleness versions old. Samples carry their version; the PPO update
-corrects for the gap with the decoupled objective (embodrl.algos.ppo). max_staleness=0 makes the
+every sample is at most max_staleness versions old. Samples carry their version; the update
+corrects for the gap with the decoupled objective (embodrl.algos). max_staleness=0 makes the
 producer wait for every update: the synchronous loop, step for step.
 """
 

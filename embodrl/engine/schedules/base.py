@@ -70,10 +70,9 @@ class Schedule(ABC):
     ) -> None:
         self.env, self.rollout, self.buffer = env, rollout, buffer
         self.tracker = EpisodeTracker.zeros(env.num_envs)
-        # False: every rollout resets all envs to fresh initial states (GRPO groups, episode-sized
+        # False: every rollout resets all envs to fresh initial states (grouped rollouts, episode-sized
         # rollouts, exact resume). True: a rollout continues the episodes the previous one cut off
-        # (standard PPO over fixed-length windows); only the first rollout, or one after a failed
-        # env worker, resets.
+        # (fixed-length windows); only the first rollout, or one after a failed env worker, resets.
         self.continue_episodes = continue_episodes
         self._next_obs: TensorDict | None = None
 
