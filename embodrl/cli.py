@@ -39,13 +39,13 @@ def cmd_envs(args: argparse.Namespace) -> None:
                 print(f"    - {text}")
 
 
-def cmd_rollout(args: argparse.Namespace) -> None:
+def cmd_play(args: argparse.Namespace) -> None:
     from embodrl.config import compose
-    from embodrl.train.rollout import rollout
+    from embodrl.train.play import play
 
     experiment, overrides = _experiment_and_overrides(args.config)
     cfg = compose(experiment, overrides)
-    run_dir = rollout(cfg, args.policy, args.episodes, args.record, args.format)
+    run_dir = play(cfg, args.policy, args.episodes, args.record, args.format)
     print(f"outputs: {run_dir}")
     print((run_dir / "summary.json").read_text())
 
@@ -93,7 +93,7 @@ def _removed_if_unused(run_dir, fresh: bool):
 
 def cmd_train(args: argparse.Namespace) -> None:
     from embodrl.parallel import distributed
-    from embodrl.train.pipeline import train
+    from embodrl.train.sft_then_rl import train
 
     cfg, run_dir = _run_config(args, distributed=True)
     main = distributed.is_main()  # under torchrun only rank 0 reports
@@ -300,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_envs)
 
     p = sub.add_parser(
-        "rollout",
+        "play",
+        aliases=["rollout"],  # its former name: scripts that call it keep working
         help="play the scripted expert, a random policy or a checkpoint and write videos",
         description="Play episodes in an env from a fixed set of seeded initial states, print the success "
         "rate with a 95% confidence interval, and write videos and summary.json into runs/<name>/<time>/. "
@@ -315,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=8, help="number of episodes (default 8)")
     p.add_argument("--record", type=int, default=2, help="number of episodes to record as videos (default 2)")
     p.add_argument("--format", choices=["mp4", "gif"], default="mp4", help="video format (default mp4)")
-    p.set_defaults(func=cmd_rollout)
+    p.set_defaults(func=cmd_play)
 
     p = sub.add_parser(
         "train",

@@ -11,7 +11,7 @@ from embodrl.config import compose
 from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.train.rl_runner import OnPolicyRunner
 
-COMMANDS = ["envs", "rollout", "train", "collect", "sft", "eval", "serve", "deploy", "convert"]
+COMMANDS = ["envs", "play", "train", "collect", "sft", "eval", "serve", "deploy", "convert"]
 
 
 def test_every_command_has_help(capsys):
@@ -41,8 +41,8 @@ def test_envs_lists_suites_tasks_and_instructions(capsys):
 
 def test_user_errors_are_one_line_without_traceback(capsys):
     assert main(["envs", "--suite", "nope"]) == 2
-    assert main(["rollout", "env.num_envs=zero"]) == 2
-    assert main(["rollout", "env.suite=nope"]) == 2
+    assert main(["play", "env.num_envs=zero"]) == 2
+    assert main(["play", "env.suite=nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("embodrl ") for line in err)
     assert "valid suites: tabletop-basic" in err[0] and "env.num_envs" in err[1]
@@ -63,9 +63,10 @@ def test_a_run_that_fails_while_starting_leaves_no_run_folder(tmp_path, capsys):
     assert (run_dir / "config.yaml").is_file()
 
 
-def test_rollout_expert_writes_videos_and_summary(tmp_path, capsys):
+@pytest.mark.parametrize("command", ["play", "rollout"])  # rollout: play's former name, kept as an alias
+def test_play_expert_writes_videos_and_summary(tmp_path, capsys, command):
     args = [
-        "rollout",
+        command,
         f"run_root={tmp_path}",
         "env.task=reach",
         "env.num_envs=2",
@@ -82,12 +83,12 @@ def test_rollout_expert_writes_videos_and_summary(tmp_path, capsys):
 
 
 def test_overrides_may_follow_options_and_unknown_flags_still_fail(tmp_path, capsys):
-    args = ["rollout", "--episodes", "1", f"run_root={tmp_path}", "env.task=reach", "env.num_envs=1"]
+    args = ["play", "--episodes", "1", f"run_root={tmp_path}", "env.task=reach", "env.num_envs=1"]
     assert main(args) == 0
     (run_dir,) = (tmp_path / "default").iterdir()
     assert "task: reach" in (run_dir / "config.yaml").read_text()
     with pytest.raises(SystemExit):
-        main(["rollout", "--episodes", "1", "--no-such-flag"])
+        main(["play", "--episodes", "1", "--no-such-flag"])
     assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
 
 
@@ -123,9 +124,9 @@ def test_collect_sft_eval_chain(tmp_path, capsys):
     assert main(["eval", str(checkpoint), "--episodes", "4", "--record", "1"]) == 0
     replay = [*common[:2], f"run_root={tmp_path}", "name=replay", "--policy", str(checkpoint)]
     for _ in range(2):
-        assert main(["rollout", *replay, "--episodes", "2", "--record", "1", "--format", "mp4"]) == 0
+        assert main(["play", *replay, "--episodes", "2", "--record", "1", "--format", "mp4"]) == 0
     first, second = sorted((tmp_path / "replay").iterdir())
-    # seeded: the checkpoint's noise draws repeat, so the two rollouts are the same episode
+    # seeded: the checkpoint's noise draws repeat, so the two plays are the same episode
     assert (first / "episode_000.mp4").read_bytes() == (second / "episode_000.mp4").read_bytes()
     summary = json.loads((checkpoint / "eval" / "summary.json").read_text())
     assert summary["episodes"] == 4 and (checkpoint / "eval" / "videos" / "episode_000.mp4").is_file()

@@ -1,1 +1,1 @@
-"""The rollout engine: env and rollout workers, channels between them, and the schedules that drive them."""
+"""The rollout engine: env and inference workers, channels between them, and the schedules that drive them."""

@@ -36,12 +36,12 @@ class EngineConfig:
     # shared-memory tensors; ray: a Ray actor
     transport: str = "inproc"
     max_staleness: int = 0  # async: 0 reproduces the synchronous result
-    # colocated: the rollout worker uses the actor's policy (sync schedules); disaggregated: a copy on
+    # colocated: the inference worker uses the actor's policy (sync schedules); disaggregated: a copy on
     # rollout_device that receives versioned weights after every update (async always uses a copy)
     placement: str = "colocated"
     rollout_device: str = ""  # "" = the experiment's device
     # sync schedules: what a phase leaves idle waits in host memory (the optimizer state and gradients,
-    # and a disaggregated actor's weights, during rollouts; a disaggregated rollout copy during updates)
+    # and a disaggregated actor's weights, during rollouts; a disaggregated inference copy during updates)
     offload: bool = False
     env_timeout_s: float = 600.0  # an env worker silent for this long is reported as stalled
     max_retries: int = 2  # retries of an iteration whose env worker failed; then the error is raised

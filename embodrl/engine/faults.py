@@ -13,7 +13,7 @@ import logging
 import torch
 
 from embodrl.engine.env_client import EnvWorkerError
-from embodrl.engine.schedules import InitialStates, Rollout, Schedule
+from embodrl.engine.schedules import CollectedRollout, InitialStates, Schedule
 from embodrl.parallel.distributed import sum_tensor_over_ranks
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ class OtherRankFailed(EnvWorkerError):
 
 def collect_with_retries(
     schedule: Schedule, initial_states: InitialStates, generator: torch.Generator, max_retries: int
-) -> tuple[Rollout, int]:
+) -> tuple[CollectedRollout, int]:
     """A rollout and the number of this rank's env worker failures before it.
 
     Before a retry the initial-state generator and torch's global RNG are rewound, so the retried
@@ -50,8 +50,8 @@ def collect_with_retries(
     raise AssertionError("unreachable")
 
 
-def _collect(schedule: Schedule, initial_states: InitialStates) -> Rollout:
-    if not schedule.rollout.lockstep:
+def _collect(schedule: Schedule, initial_states: InitialStates) -> CollectedRollout:
+    if not schedule.inference.lockstep:
         return schedule.collect(initial_states)
     env = schedule.env
     env.fail_soft = True  # during the rollout only: an evaluation on this env must see its errors

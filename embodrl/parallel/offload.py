@@ -1,7 +1,7 @@
 """`engine.offload`: what one phase of a synchronous schedule leaves idle waits in host memory.
 
 The rollout and the update alternate on one device. During a rollout the actor's optimizer state and
-gradients are idle, and so are its weights when a disaggregated rollout copy does the acting; during the
+gradients are idle, and so are its weights when a disaggregated inference copy does the acting; during the
 update that copy is idle. Moving them to the host frees the device for the other phase (larger rollout
 batches, a larger model), at the cost of copying them back and forth once per iteration. Tensors that
 already live on the host (a CPU run) stay where they are.
@@ -22,8 +22,8 @@ class PhaseOffload:
     """Context managers around the two phases of an iteration; each restores what it moved, also when the
     phase raises (a failed rollout is retried, and the crash checkpoint reads the actor's state)."""
 
-    def __init__(self, actor: nn.Module, optimizer: torch.optim.Optimizer, rollout_copy: nn.Module | None):
-        self.actor, self.optimizer, self.rollout_copy = actor, optimizer, rollout_copy
+    def __init__(self, actor: nn.Module, optimizer: torch.optim.Optimizer, inference_copy: nn.Module | None):
+        self.actor, self.optimizer, self.inference_copy = actor, optimizer, inference_copy
 
     @contextmanager
     def rollout_phase(self) -> Iterator[None]:
@@ -31,7 +31,7 @@ class PhaseOffload:
             p.grad = None
         devices = self._move_optimizer_state()
         actor_device = _device_of(self.actor)
-        idle_actor = self.rollout_copy is not None  # colocated, the actor itself acts
+        idle_actor = self.inference_copy is not None  # colocated, the actor itself acts
         if idle_actor:
             self.actor.to(HOST)
         try:
@@ -43,15 +43,15 @@ class PhaseOffload:
 
     @contextmanager
     def update_phase(self) -> Iterator[None]:
-        if self.rollout_copy is None:
+        if self.inference_copy is None:
             yield
             return
-        copy_device = _device_of(self.rollout_copy)
-        self.rollout_copy.to(HOST)
+        copy_device = _device_of(self.inference_copy)
+        self.inference_copy.to(HOST)
         try:
             yield
         finally:
-            self.rollout_copy.to(copy_device)
+            self.inference_copy.to(copy_device)
 
     def _move_optimizer_state(self) -> dict[tuple[int, str], torch.device]:
         """Every state tensor to the host; returns where each was (Adam's `step` may live apart)."""

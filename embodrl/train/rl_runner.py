@@ -88,15 +88,15 @@ class OnPolicyRunner:
         self.schedule = make_schedule(
             cfg.engine, self.env, self.policy, self.buffer, cfg.device, continue_episodes
         )
-        if cfg.engine.offload and distributed and not self.schedule.rollout.shared:
+        if cfg.engine.offload and distributed and not self.schedule.inference.shared:
             raise ConfigError(
                 "engine.offload=true with engine.placement=disaggregated would move the weights that "
                 "DistributedDataParallel holds; under torchrun use engine.placement=colocated (the "
                 "optimizer state still offloads)"
             )
-        rollout_copy = None if self.schedule.rollout.shared else self.schedule.rollout.policy
+        inference_copy = None if self.schedule.inference.shared else self.schedule.inference.policy
         self.offload = (
-            PhaseOffload(self.policy, self.algo.optimizer, rollout_copy) if cfg.engine.offload else None
+            PhaseOffload(self.policy, self.algo.optimizer, inference_copy) if cfg.engine.offload else None
         )
         self.generators = {
             "minibatch": torch.Generator().manual_seed(cfg.seed),

@@ -89,7 +89,7 @@ def test_paused_holds_the_producer_at_its_next_decision():
     env = StagedEnv(cfg.env, cfg.engine)
     policy = make_policy(cfg, env)
     schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(STEPS, env.num_envs), "cpu")
-    acting = schedule.rollout.policy  # the producer's copy
+    acting = schedule.inference.policy  # the producer's copy
     calls: list[int] = []
     act = acting.act
     acting.act = lambda obs, deterministic=False: calls.append(1) or act(obs, deterministic)

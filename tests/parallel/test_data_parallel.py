@@ -101,8 +101,8 @@ def test_fsdp_shards_every_transformer_block_and_matches_single_process_training
             torch.testing.assert_close(got["weights"][name], param.detach(), rtol=1e-5, atol=1e-6)
 
 
-class _CountingRollout:
-    """A rollout worker whose value forward counts its calls (each one would all-gather under FSDP)."""
+class _CountingInference:
+    """An inference worker whose value forward counts its calls (each one would all-gather under FSDP)."""
 
     def __init__(self, lockstep: bool) -> None:
         self.lockstep, self.calls = lockstep, 0
@@ -116,13 +116,13 @@ class _CountingRollout:
 def test_a_sharded_rollout_runs_the_bootstrap_forward_whether_or_not_an_env_truncated(lockstep):
     out = SimpleNamespace(value=torch.zeros(3))
     for truncated, expected in (([False] * 3, [0.0] * 3), ([False, True, False], [0.0, 7.0, 0.0])):
-        rollout = _CountingRollout(lockstep)
+        inference = _CountingInference(lockstep)
         res = SimpleNamespace(
             truncated=torch.tensor(truncated), final_obs=TensorDict({"state": torch.zeros(3, 2)}, [3])
         )
-        assert bootstrap_value(rollout, out, res).tolist() == expected
+        assert bootstrap_value(inference, out, res).tolist() == expected
         # whether an env truncated differs between ranks; the number of forwards must not
-        assert rollout.calls == (1 if lockstep or any(truncated) else 0)
+        assert inference.calls == (1 if lockstep or any(truncated) else 0)
 
 
 @pytest.mark.parametrize("override", ["engine.schedule=async", "engine.placement=disaggregated"])

@@ -33,7 +33,7 @@ def _state(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 def test_the_rollout_phase_drops_grads_and_restores_the_optimizer_state_also_on_error():
     net, optimizer = _trained()
     before = _state(optimizer)
-    offload = PhaseOffload(net, optimizer, rollout_copy=None)
+    offload = PhaseOffload(net, optimizer, inference_copy=None)
     with pytest.raises(RuntimeError, match="env died"), offload.rollout_phase():
         assert all(p.grad is None for p in net.parameters())
         raise RuntimeError("env died")
@@ -73,7 +73,7 @@ def test_offload_is_refused_where_nothing_waits_idle():
 def test_on_cuda_the_idle_state_waits_on_the_host():
     net, optimizer = _trained("cuda")
     copy = nn.Linear(4, 2).cuda()
-    offload = PhaseOffload(net, optimizer, rollout_copy=copy)
+    offload = PhaseOffload(net, optimizer, inference_copy=copy)
     with offload.rollout_phase():
         assert {v.device.type for s in optimizer.state.values() for v in s.values()} == {"cpu"}
         assert all(p.device.type == "cpu" for p in net.parameters())

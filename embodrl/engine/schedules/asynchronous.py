@@ -14,21 +14,21 @@ import queue
 import threading
 
 from embodrl.data.rollout_buffer import RolloutBuffer
-from embodrl.engine.schedules.base import InitialStates, Rollout, Schedule, SyncSchedule
+from embodrl.engine.schedules.base import CollectedRollout, InitialStates, Schedule, SyncSchedule
 
 
 class AsyncSchedule(Schedule):
     """Runs a synchronous schedule (sequential or pipelined) on a producer thread, ahead of the actor."""
 
     def __init__(self, inner: SyncSchedule, max_staleness: int) -> None:
-        super().__init__(inner.env, inner.rollout, inner.buffer, inner.continue_episodes)
-        if inner.rollout.shared:
-            raise ValueError("the async schedule needs a rollout worker with its own copy of the policy")
+        super().__init__(inner.env, inner.inference, inner.buffer, inner.continue_episodes)
+        if inner.inference.shared:
+            raise ValueError("the async schedule needs an inference worker with its own copy of the policy")
         self.inner, self.max_staleness = inner, max_staleness
-        self._results: queue.Queue[Rollout | BaseException] = queue.Queue()
+        self._results: queue.Queue[CollectedRollout | BaseException] = queue.Queue()
         self._thread: threading.Thread | None = None
 
-    def collect(self, initial_states: InitialStates) -> Rollout:
+    def collect(self, initial_states: InitialStates) -> CollectedRollout:
         if self._thread is None:
             self._thread = threading.Thread(
                 target=self._produce, args=(initial_states,), daemon=True, name="async-rollout"
@@ -42,9 +42,9 @@ class AsyncSchedule(Schedule):
         return item
 
     def _produce(self, initial_states: InitialStates) -> None:
-        batch = self.rollout.latest_version  # rollouts before it were consumed (a resumed run starts later)
+        batch = self.inference.latest_version  # rollouts before it were consumed (a resumed run starts later)
         try:
-            while self.rollout.wait_for_version(batch - self.max_staleness):
+            while self.inference.wait_for_version(batch - self.max_staleness):
                 # a fresh buffer per rollout: the actor may still be training on the previous one
                 shape = (self.buffer.num_steps, self.buffer.num_envs)
                 self.inner.buffer = RolloutBuffer(*shape, device=self.buffer.device)

@@ -1,4 +1,5 @@
-"""What every schedule shares: the Schedule interface, the Rollout it returns, how a decision is stored."""
+"""What every schedule shares: the Schedule interface, the CollectedRollout it returns, how a decision is
+stored."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from torch import nn
 from embodrl.data.rollout_buffer import RolloutBuffer
 from embodrl.engine.env_client import StagedEnv
 from embodrl.engine.episode_tracker import EpisodeTracker
-from embodrl.engine.rollout_worker import RolloutWorker
+from embodrl.engine.inference_worker import InferenceWorker
 from embodrl.policies.base import ActOut
 from embodrl.sims.base import StepResult
 
@@ -23,7 +24,7 @@ InitialStates = Callable[[], torch.Tensor]  # state ids [N] for the episodes of 
 
 
 @dataclass
-class Rollout:
+class CollectedRollout:
     """A filled buffer (with `version` [T, N]: the weight version of every decision) and its statistics."""
 
     buffer: RolloutBuffer
@@ -51,24 +52,28 @@ def transition(obs: TensorDict, out: ActOut, res: StepResult, bootstrap: torch.T
     )
 
 
-def bootstrap_value(rollout: RolloutWorker, out: ActOut, res: StepResult) -> torch.Tensor:
+def bootstrap_value(inference: InferenceWorker, out: ActOut, res: StepResult) -> torch.Tensor:
     """V(final_obs) [n] where an episode was truncated (the return continues past the time limit), else 0."""
     bootstrap = torch.zeros_like(out.value)
     truncated = res.truncated.to(bootstrap.device)
-    if rollout.lockstep:  # whether an env truncated differs between ranks, so every rank runs V on all envs
-        bootstrap[truncated] = rollout.value(res.final_obs)[truncated]
+    if inference.lockstep:  # whether an env truncated differs between ranks, so every rank runs V on all envs
+        bootstrap[truncated] = inference.value(res.final_obs)[truncated]
     elif truncated.any():
-        bootstrap[truncated] = rollout.value(res.final_obs[res.truncated])
+        bootstrap[truncated] = inference.value(res.final_obs[res.truncated])
     return bootstrap
 
 
 class Schedule(ABC):
-    """Fills a RolloutBuffer with T decisions of every env of a StagedEnv, through a RolloutWorker."""
+    """Fills a RolloutBuffer with T decisions of every env of a StagedEnv, through an InferenceWorker."""
 
     def __init__(
-        self, env: StagedEnv, rollout: RolloutWorker, buffer: RolloutBuffer, continue_episodes: bool = False
+        self,
+        env: StagedEnv,
+        inference: InferenceWorker,
+        buffer: RolloutBuffer,
+        continue_episodes: bool = False,
     ) -> None:
-        self.env, self.rollout, self.buffer = env, rollout, buffer
+        self.env, self.inference, self.buffer = env, inference, buffer
         self.tracker = EpisodeTracker.zeros(env.num_envs)
         # False: every rollout resets all envs to fresh initial states (grouped rollouts, episode-sized
         # rollouts, exact resume). True: a rollout continues the episodes the previous one cut off
@@ -77,7 +82,7 @@ class Schedule(ABC):
         self._next_obs: TensorDict | None = None
 
     @abstractmethod
-    def collect(self, initial_states: InitialStates) -> Rollout:
+    def collect(self, initial_states: InitialStates) -> CollectedRollout:
         """Reset the envs to `initial_states()` (unless continuing episodes) and return a full rollout."""
 
     def discard(self) -> None:
@@ -86,24 +91,25 @@ class Schedule(ABC):
         self._next_obs = None
 
     def push_weights(self, policy: nn.Module, version: int) -> None:
-        """The actor's weights after update `version`; the rollout worker uses them from its next decision."""
-        self.rollout.push_weights(policy, version)
+        """The actor's weights after update `version`; the inference worker acts with them from its next
+        decision on."""
+        self.inference.push_weights(policy, version)
 
     def paused(self) -> AbstractContextManager[None]:
         """No rollout decision is made inside (an async producer waits at its next one)."""
-        return self.rollout.paused()
+        return self.inference.paused()
 
     def close(self) -> None:
-        self.rollout.close()
+        self.inference.close()
 
 
 class SyncSchedule(Schedule):
     """A schedule whose rollout happens inside `collect`, with the newest weights throughout."""
 
-    def collect(self, initial_states: InitialStates) -> Rollout:
+    def collect(self, initial_states: InitialStates) -> CollectedRollout:
         self.env.timer.pop()  # drop what was timed between rollouts (evaluation, resets)
         start = time.perf_counter()
-        self.rollout.sync()
+        self.inference.sync()
         obs, self._next_obs = self._next_obs, None  # cleared first: a failed attempt resets on retry
         states = None  # initial states to reset to, or continue from `obs`
         if obs is None or not self.continue_episodes:
@@ -113,7 +119,7 @@ class SyncSchedule(Schedule):
             self.tracker = EpisodeTracker.zeros(self.env.num_envs, limit)
         self.buffer.clear()
         self.versions: list[int] = []  # weight version of each decision
-        policy = self.rollout.policy
+        policy = self.inference.policy
         training = policy.training
         policy.eval()
         try:
@@ -129,13 +135,13 @@ class SyncSchedule(Schedule):
         self.tracker.record_rollout(data["reward"], data["steps_executed"], done, data["success"])
         timings = self.env.timer.pop()
         timings["rollout"] = time.perf_counter() - start  # wall time of the whole rollout, resets included
-        return Rollout(self.buffer, timings, self.tracker.pop())
+        return CollectedRollout(self.buffer, timings, self.tracker.pop())
 
     def next_decision(self) -> int:
         """Apply weights pushed since the last decision (in-flight update); returns the acting version."""
-        self.rollout.sync()
-        self.versions.append(self.rollout.version)
-        return self.rollout.version
+        self.inference.sync()
+        self.versions.append(self.inference.version)
+        return self.inference.version
 
     @abstractmethod
     def run(self, obs: TensorDict | None, states: torch.Tensor | None) -> tuple[TensorDict, torch.Tensor]:

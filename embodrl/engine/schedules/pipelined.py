@@ -1,6 +1,6 @@
 """Pipelined schedule (RLinf-VLA's hybrid fine-grained pipeline): stage i simulates while stage i+1 infers.
 
-The env worker steps its K stages one after another; the rollout worker infers a stage as soon as
+The env worker steps its K stages one after another; the inference worker infers a stage as soon as
 its observation is back and sends its actions, so with K >= 2 the simulation of one stage overlaps
 the inference of another. Ideal speedup over sequential: (t_sim + t_inf) / max(t_sim, t_inf).
 The pipeline's fill and drain overlap too: stage s+1 resets while stage s infers its first actions,
@@ -31,7 +31,7 @@ class PipelinedSchedule(SyncSchedule):
         version = self.next_decision()
         for s in range(env.num_stages):  # prime the pipeline: every stage gets its first actions
             stage_obs.append(env.recv_reset(s) if states is not None else obs[env.stage_slice(s)])
-            outs.append(self.rollout.act(stage_obs[s]))
+            outs.append(self.inference.act(stage_obs[s]))
             env.send_step(s, outs[s].actions, version, 0)
         for step in range(steps):
             if step + 1 < steps:  # every stage's next decision uses the same weights
@@ -39,13 +39,13 @@ class PipelinedSchedule(SyncSchedule):
             parts = []
             for s in range(env.num_stages):
                 res = env.recv_step(s)  # meanwhile the worker went on with stage s+1
-                bootstrap = bootstrap_value(self.rollout, outs[s], res)
+                bootstrap = bootstrap_value(self.inference, outs[s], res)
                 parts.append(transition(stage_obs[s], outs[s], res, bootstrap))
                 stage_obs[s] = res.obs
                 if step + 1 < steps:
-                    outs[s] = self.rollout.act(stage_obs[s])
+                    outs[s] = self.inference.act(stage_obs[s])
                     env.send_step(s, outs[s].actions, version, step + 1)
                 else:
-                    last_values.append(self.rollout.value(stage_obs[s]))
+                    last_values.append(self.inference.value(stage_obs[s]))
             self.buffer.add(torch.cat(parts))
         return torch.cat(stage_obs), torch.cat(last_values)

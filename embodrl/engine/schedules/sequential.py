@@ -16,8 +16,8 @@ class SequentialSchedule(SyncSchedule):
             obs = self.env.reset_to(states)
         for _ in range(self.buffer.num_steps):
             self.next_decision()
-            out = self.rollout.act(obs)
+            out = self.inference.act(obs)
             res = self.env.step(out.actions)
-            self.buffer.add(transition(obs, out, res, bootstrap_value(self.rollout, out, res)))
+            self.buffer.add(transition(obs, out, res, bootstrap_value(self.inference, out, res)))
             obs = res.obs
-        return obs, self.rollout.value(obs)
+        return obs, self.inference.value(obs)

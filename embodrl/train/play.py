@@ -1,4 +1,4 @@
-"""`embodrl rollout`: play a policy (scripted expert, random, or a checkpoint) and write videos."""
+"""`embodrl play`: play a policy (scripted expert, random, or a checkpoint) and write videos."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def action_source(name: str, env: VecEnv, seed: int, device: str = "cpu") -> Act
     raise UserError(f"--policy {name!r} is not known; use 'expert', 'random' or a checkpoint folder")
 
 
-def rollout(cfg: ExperimentConfig, policy: str, episodes: int, record: int, video_format: str) -> Path:
+def play(cfg: ExperimentConfig, policy: str, episodes: int, record: int, video_format: str) -> Path:
     """Run `episodes` episodes, write summary.json and `record` videos into a new run folder."""
     if episodes < 1 or record < 0:
         raise UserError("--episodes must be >= 1 and --record >= 0")

@@ -1,4 +1,4 @@
-"""The rollout worker: policy inference with versioned weights.
+"""The inference worker: the policy that acts in rollouts, with versioned weights.
 
 Colocated with the actor it uses the actor's own policy object (no copy, the version just follows
 the updates); otherwise it holds a copy on its own device and applies pushed weights between
@@ -21,7 +21,7 @@ from embodrl.engine.timer import StageTimer
 from embodrl.policies.base import ActOut
 
 
-class RolloutWorker:
+class InferenceWorker:
     """Runs `policy.act` / `policy.value` without autograd and knows which weight version it acts with."""
 
     def __init__(self, policy: nn.Module, timer: StageTimer, copy_to: str | None = None) -> None:
@@ -44,7 +44,7 @@ class RolloutWorker:
         self.closed = False
 
     def push_weights(self, policy: nn.Module, version: int) -> None:
-        """Called by the actor after an update: the rollout uses these weights from its next decision."""
+        """Called by the actor after an update: these weights act from the next decision on."""
         with self._pushed:
             if not self.shared:
                 state = {k: v.detach().to(self.device, copy=True) for k, v in policy.state_dict().items()}

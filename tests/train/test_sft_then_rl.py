@@ -6,7 +6,7 @@ from embodrl.config import compose, make_run_dir
 from embodrl.policies.checkpoint import WEIGHTS_FILE
 from embodrl.policies.lora_config import LoRAConfig
 from embodrl.train.collect import CollectConfig, collect_demos
-from embodrl.train.pipeline import SFT_DIR, sft_stage, train
+from embodrl.train.sft_then_rl import SFT_DIR, sft_stage, train
 
 
 def test_sft_then_rl_in_one_run_folder(tmp_path):
