@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from contextlib import nullcontext
@@ -11,6 +10,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from embodrl.algos.ppo import PPO
 from embodrl.config import ExperimentConfig
@@ -26,15 +26,16 @@ from embodrl.parallel.full_state import UnshardedCopy, load_full_optimizer_state
 from embodrl.parallel.offload import PhaseOffload
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
-from embodrl.train.checkpointing import LAST, POLICY_DIR, restore_checkpoint, rng_state, save_checkpoint
+from embodrl.train.episodes import EpisodeResults
 from embodrl.train.evaluation import eval_metrics, evaluate_policy
-from embodrl.train.logger import MetricsLogger, plot_learning_curve, wandb_target
+from embodrl.train.logger import plot_learning_curve
 from embodrl.train.memory import estimate_policy_memory
 from embodrl.train.policy_setup import build_policy
+from embodrl.train.runner import Runner
 from embodrl.train.stopping import StopAtIterationEnd
 
 
-class OnPolicyRunner:
+class OnPolicyRunner(Runner):
     """Trains a policy with the on-policy algorithm `algo.name` in one VecEnv; episodes start from reset_to,
     and with fixed windows (train.rollout_steps > 0) they carry over from one iteration to the next when
     the algorithm allows it (AlgoConfig.carries_episodes_over).
@@ -106,7 +107,7 @@ class OnPolicyRunner:
         self.iteration, self.env_steps, self.wall_time, self.env_restarts = 0, 0, 0.0, 0
         self.best = BestCheckpoint(run_dir) if cfg.train.keep_best else None
         if resume:
-            self._restore(run_dir / LAST)  # every rank loads the same checkpoint
+            self._restore()  # every rank loads the same checkpoint
         if rank() > 0:  # own action noise and initial states; rank 0 keeps the single-process streams
             seed = rank_seed(cfg.seed + self.iteration)  # + iteration: a resumed rank does not replay them
             torch.manual_seed(seed)
@@ -125,15 +126,7 @@ class OnPolicyRunner:
     def learn(self) -> dict:
         """Train to train.iterations; returns the final evaluation (rank 0's, on every rank)."""
         cfg = self.cfg
-        logger = None
-        if is_main():
-            logger = MetricsLogger(
-                self.run_dir,
-                cfg.train.iterations,
-                self.iteration,
-                cfg.train.tensorboard,
-                wandb_target(cfg, "rl"),
-            )
+        logger = self.open_logger("rl", cfg.train.iterations, self.iteration) if is_main() else None
         with StopAtIterationEnd("iteration") as stop:
             try:
                 while self.iteration < cfg.train.iterations:
@@ -178,20 +171,7 @@ class OnPolicyRunner:
 
     def _final_evaluation(self) -> dict[str, float]:
         final = self.evaluate(record=self.cfg.train.videos, video_dir=self.run_dir / "videos")
-        (self.run_dir / "final_eval.json").write_text(json.dumps(final, indent=2))
-        plot_learning_curve(self.run_dir)
-        if self.best is None:
-            return final
-        self.best.consider(self.iteration, final, self._full_policy())
-        held_out = self.best.evaluate_held_out(
-            self.iteration,
-            self.run_dir / LAST / POLICY_DIR,
-            self.cfg.train.eval_episodes,
-            self.env.num_init_states,
-            lambda policy, first_state_id: self._play(policy, first_state_id=first_state_id),
-            self.cfg.device,
-        )
-        return {**final, **held_out}
+        return self.conclude(final, self.iteration, final, self._full_policy(), self.cfg.train.eval_episodes)
 
     def _iterate(self) -> dict[str, float]:
         start = time.perf_counter()
@@ -233,13 +213,16 @@ class OnPolicyRunner:
         unsharded copy, moved to the device for the evaluation."""
         policy = self._full_policy().to(self.cfg.device)
         try:
-            return eval_metrics(self._play(policy, record, video_dir))
+            return eval_metrics(self.play_from(policy, record=record, video_dir=video_dir))
         finally:
             if policy is not self.policy:
                 policy.cpu()
 
-    def _play(self, policy, record: int = 0, video_dir: Path | None = None, first_state_id: int = 0):
-        """`policy`'s evaluation episodes from initial state `first_state_id` on (EpisodeResults)."""
+    def play_from(
+        self, policy: nn.Module, first_state_id: int = 0, record: int = 0, video_dir: Path | None = None
+    ) -> EpisodeResults:
+        """`policy`'s evaluation episodes from initial state `first_state_id` on; the first `record` as
+        videos into `video_dir`."""
         cfg = self.cfg
         eval_env = self.env
         num_envs = cfg.train.eval_envs or cfg.env.num_envs
@@ -276,14 +259,13 @@ class OnPolicyRunner:
             "wall_time": self.wall_time,
             "env_restarts": self.env_restarts,
             "algo": algo,
-            "rng": rng_state(self.generators),
         }
-        return save_checkpoint(self.run_dir / LAST, policy, state)
+        return self.save_last(policy, state, self.generators)
 
-    def _restore(self, directory: Path) -> None:
+    def _restore(self) -> None:
         """Every rank loads the same checkpoint; with fsdp each keeps its shards of weights and optimizer."""
         load_weights = None if self.unsharded is None else partial(load_full_weights, self.policy)
-        state = restore_checkpoint(directory, self.policy, self.cfg.device, self.generators, load_weights)
+        state = self.restore_last(self.policy, self.generators, load_weights)
         algo = state["algo"]
         if self.unsharded is not None:  # saved by parameter name: loaded here, the update restores the rest
             load_full_optimizer_state(self.policy, self.algo.optimizer, algo["optimizer"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tensordict import TensorDict
+from torch import nn
 from torch.utils.data import DataLoader, Subset
 
 from embodrl.config import ExperimentConfig
@@ -19,11 +19,11 @@ from embodrl.errors import UserError
 from embodrl.parallel.distributed import launched_by_torchrun
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
-from embodrl.train.checkpointing import LAST, POLICY_DIR, restore_checkpoint, rng_state, save_checkpoint
+from embodrl.train.episodes import EpisodeResults
 from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
-from embodrl.train.logger import MetricsLogger, wandb_target
 from embodrl.train.memory import estimate_policy_memory
 from embodrl.train.policy_setup import build_policy
+from embodrl.train.runner import Runner
 from embodrl.train.stopping import StopAtIterationEnd
 
 
@@ -46,7 +46,7 @@ def warmup_cosine(warmup: int, total: int):
     return factor
 
 
-class SFTRunner:
+class SFTRunner(Runner):
     """Trains `policy.sft_loss` on action chunks, with evaluation in the env and atomic checkpoints."""
 
     def __init__(self, cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> None:
@@ -94,7 +94,7 @@ class SFTRunner:
         self.step = 0
         self.best = BestCheckpoint(run_dir) if sft.keep_best else None
         if resume:
-            self._restore(run_dir / LAST)
+            self._restore()
 
     def batches(self):
         """Training batches, endlessly (the loader reshuffles every epoch)."""
@@ -119,9 +119,7 @@ class SFTRunner:
 
     def learn(self) -> dict:
         sft = self.cfg.sft
-        logger = MetricsLogger(
-            self.run_dir, sft.steps, self.step, self.cfg.train.tensorboard, wandb_target(self.cfg, "sft")
-        )
+        logger = self.open_logger("sft", sft.steps, self.step)
         self.policy.train()
         log_every = max(1, min(50, sft.steps // 20))
         losses, started, seen = [], time.perf_counter(), 0
@@ -142,10 +140,7 @@ class SFTRunner:
                         }
                         losses, started, seen = [], time.perf_counter(), 0
                     if sft.eval_every and self.step % sft.eval_every == 0:
-                        results = evaluate_policy(
-                            self.policy, self.env, sft.eval_episodes, seed=self.cfg.seed
-                        )
-                        metrics.update(eval_metrics(results))
+                        metrics.update(eval_metrics(self.play_from(self.policy)))
                         if self.best is not None:
                             self.best.consider(self.step, metrics, self.policy)
                     if metrics:
@@ -169,33 +164,25 @@ class SFTRunner:
             seed=self.cfg.seed,
         )
         summary = {"samples": self.num_samples, "steps": self.step, **summarize(results)}
-        (self.run_dir / "final_eval.json").write_text(json.dumps(summary, indent=2))
-        if self.best is None:
-            return summary
-        self.best.consider(self.step, eval_metrics(results), self.policy)
-        held_out = self.best.evaluate_held_out(
-            self.step,
-            self.run_dir / LAST / POLICY_DIR,
-            sft.eval_episodes,
-            self.env.num_init_states,
-            lambda policy, first: evaluate_policy(
-                policy, self.env, sft.eval_episodes, seed=self.cfg.seed, first_state_id=first
-            ),
-            self.cfg.device,
+        return self.conclude(summary, self.step, eval_metrics(results), self.policy, sft.eval_episodes)
+
+    def play_from(self, policy: nn.Module, first_state_id: int = 0) -> EpisodeResults:
+        """`policy`'s evaluation episodes from initial state `first_state_id` on, in the run's env."""
+        return evaluate_policy(
+            policy, self.env, self.cfg.sft.eval_episodes, seed=self.cfg.seed, first_state_id=first_state_id
         )
-        return {**summary, **held_out}
 
     def save(self) -> Path:
+        """Write checkpoints/last: the policy, the step, optimizer and scheduler, the loader's RNG."""
         state = {
             "step": self.step,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "rng": rng_state({"loader": self.generator}),
         }
-        return save_checkpoint(self.run_dir / LAST, self.policy, state)
+        return self.save_last(self.policy, state, {"loader": self.generator})
 
-    def _restore(self, directory: Path) -> None:
-        state = restore_checkpoint(directory, self.policy, self.cfg.device, {"loader": self.generator})
+    def _restore(self) -> None:
+        state = self.restore_last(self.policy, {"loader": self.generator})
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]

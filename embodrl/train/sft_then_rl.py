@@ -10,9 +10,9 @@ from embodrl.config import ExperimentConfig
 from embodrl.policies.lora_config import LoRAConfig
 from embodrl.train.checkpointing import LAST, POLICY_DIR
 from embodrl.train.rl_runner import OnPolicyRunner
+from embodrl.train.runner import FINAL_EVAL_FILE
 
 SFT_DIR = "sft"
-SFT_DONE = "final_eval.json"  # written by SFTRunner.learn when it finishes
 
 
 def sft_stage(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -33,12 +33,12 @@ def train(cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> dict:
         from embodrl.train.sft_runner import SFTRunner
 
         sft_dir = run_dir / SFT_DIR
-        if not (sft_dir / SFT_DONE).is_file():
+        if not (sft_dir / FINAL_EVAL_FILE).is_file():  # the SFT stage has not finished
             sft_started = (sft_dir / LAST).is_dir()
             sft_dir.mkdir(parents=True, exist_ok=True)
             SFTRunner(sft_stage(cfg), sft_dir, resume=resume and sft_started).learn()
             resume = False  # RL has not started yet
-        summary["sft/success"] = json.loads((sft_dir / SFT_DONE).read_text())["success_rate"]
+        summary["sft/success"] = json.loads((sft_dir / FINAL_EVAL_FILE).read_text())["success_rate"]
         policy = dataclasses.replace(cfg.policy, init_from=str(sft_dir / LAST / POLICY_DIR))
         cfg = dataclasses.replace(cfg, policy=policy)
     summary.update(OnPolicyRunner(cfg, run_dir, resume=resume).learn())

@@ -53,17 +53,17 @@ def test_an_earlier_best_is_kept_and_evaluated_on_held_out_states(tmp_path):
     runner = OnPolicyRunner(cfg, make_run_dir(cfg))
     # The periodic evaluations score 0.9 at iteration 2 and 0.1 at 4: the best is iteration 2's policy
     scores, snapshots, played_from = iter([0.9, 0.1, 0.1]), {}, []
-    real_play = runner._play
+    real_play = runner.play_from
 
     def scripted_evaluate(record=0, video_dir=None):
         snapshots.setdefault(runner.iteration, copy.deepcopy(_weights(runner.policy)))
         return {"eval/success": next(scores), "eval/return": 0.0, "eval/length": 1.0}
 
-    def recording_play(policy, record=0, video_dir=None, first_state_id=0):
+    def recording_play(policy, first_state_id=0, record=0, video_dir=None):
         played_from.append(first_state_id)
-        return real_play(policy, record, video_dir, first_state_id)
+        return real_play(policy, first_state_id, record, video_dir)
 
-    runner.evaluate, runner._play = scripted_evaluate, recording_play
+    runner.evaluate, runner.play_from = scripted_evaluate, recording_play
     final = runner.learn()
 
     assert final["best/iteration"] == 2.0
