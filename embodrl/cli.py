@@ -282,6 +282,17 @@ def cmd_convert(args: argparse.Namespace) -> None:
     print(f"wrote {convert(args.kind, args.source, args.output, **options)}")
 
 
+def _add_experiment_arguments(p: argparse.ArgumentParser, resume: bool = False) -> None:
+    """The [EXPERIMENT] [OVERRIDES] list of a command that composes a config; with `resume`, --resume."""
+    p.add_argument(
+        "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"
+    )
+    if resume:
+        p.add_argument(
+            "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="embodrl",
@@ -307,9 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
         "rate with a 95% confidence interval, and write videos and summary.json into runs/<name>/<time>/. "
         + OVERRIDES_HELP,
     )
-    p.add_argument(
-        "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"
-    )
+    _add_experiment_arguments(p)
     p.add_argument(
         "--policy", default="expert", help="'expert' (scripted, default), 'random' or a checkpoint folder"
     )
@@ -332,10 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
         "gradients averaged over ranks; rank 0 writes the run folder; engine.data_parallel=ddp replicates "
         "the weights, engine.data_parallel=fsdp shards them). " + OVERRIDES_HELP,
     )
-    p.add_argument(
-        "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"
-    )
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    _add_experiment_arguments(p, resume=True)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser(
@@ -346,9 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         "env.obs_mode=rgb the camera images are stored as videos. Failed expert episodes are dropped and "
         "counted. " + OVERRIDES_HELP,
     )
-    p.add_argument(
-        "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"
-    )
+    _add_experiment_arguments(p)
     p.add_argument("--out", required=True, help="dataset folder to create")
     p.add_argument(
         "--episodes-per-task", type=int, default=50, help="successful episodes per task (default 50)"
@@ -375,10 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
         "periodic evaluation in the env, checkpoints, --resume. Set sft.dataset=DIR; "
         "sft.max_episodes=k for few-shot. " + OVERRIDES_HELP,
     )
-    p.add_argument(
-        "config", nargs="*", metavar="[EXPERIMENT] [OVERRIDES]", help="experiment and key=value overrides"
-    )
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    _add_experiment_arguments(p, resume=True)
     p.set_defaults(func=cmd_sft)
 
     p = sub.add_parser(
