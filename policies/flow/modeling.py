@@ -31,7 +31,7 @@ from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.flow.flow_noise import FlowNoiseHead
 from embodrl.policies.flow.flow_sde import FlowSDEHead
 from embodrl.policies.flow.sampling import VelocityFn, euler_sample
-from embodrl.policies.flow.vla_flow import VLAFlowPrefix
+from embodrl.policies.flow.vla_flow import PrefixCache, VLAFlowPrefix
 from embodrl.policies.modules.logprob import reduce_logprob
 from embodrl.policies.modules.mlp import mlp
 from embodrl.policies.modules.obs_encoder import ObsEncoder
@@ -139,11 +139,15 @@ class FlowPolicy(VLAPolicy):
         return self.normalizers["state"](state)
 
     def condition(
-        self, obs: TensorDict, augment: bool = False, image_features: TensorDict | None = None
+        self,
+        obs: TensorDict,
+        augment: bool = False,
+        image_features: TensorDict | None = None,
+        prefix: PrefixCache | None = None,
     ) -> tuple[torch.Tensor, VelocityFn]:
         """Features [N, F] and the velocity field v(x [M, H, D], t [M]) for M a multiple of N (env-major);
         `augment`: shift the images at random (SFT); `image_features`: a frozen CNN's outputs stored by
-        `act` (MLP conditioning only)."""
+        `act` (MLP conditioning); `prefix`: a frozen VLA prefix's cache stored by `act`."""
         if self.encoder is not None:
             features = self.encoder(obs, augment=augment, image_features=image_features)
 
@@ -154,7 +158,8 @@ class FlowPolicy(VLAPolicy):
 
             return features, mlp_velocity
         state = self._vla_state(obs)
-        prefix = self.prefix_encoder(obs, state, augment)
+        if prefix is None:
+            prefix = self.prefix_encoder(obs, state, augment)
         n = prefix.mask.shape[0]
         padded = torch.zeros(n, self.model_state_dim, device=prefix.mask.device)
         if state is not None:
@@ -175,11 +180,17 @@ class FlowPolicy(VLAPolicy):
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
         image_features = self.encoder.frozen_image_features(obs) if self.encoder is not None else None
-        features, velocity = self.condition(obs, image_features=image_features)
+        # A frozen VLA prefix is a fixed function of the observation: its cache goes to replay, so the
+        # update runs the action expert alone instead of the towers and the language model again.
+        frozen_prefix = self.prefix_encoder is not None and self.prefix_encoder.frozen
+        prefix = self.prefix_encoder(obs, self._vla_state(obs)) if frozen_prefix else None
+        features, velocity = self.condition(obs, image_features=image_features, prefix=prefix)
         x0 = torch.randn(features.shape[0], *self.model_shape, device=features.device)  # noise at t = 1
         replay, logprob = self.head.sample(velocity, features, x0, deterministic)
         if image_features is not None:  # frozen CNNs: the update reads their features from here
             replay["image_features"] = image_features
+        if prefix is not None:
+            replay["prefix_cache"] = prefix.to_replay()
         action_norm = self._executed(replay["chain"][:, -1])  # [N, C, A]
         return ActOut(
             actions=self.normalizers["action"].unnormalize(action_norm),
@@ -191,7 +202,12 @@ class FlowPolicy(VLAPolicy):
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
         if "chain" not in replay.keys():
             raise UserError("replay lacks 'chain': it was not produced by a flow policy's act()")
-        features, velocity = self.condition(obs, image_features=replay.get("image_features", None))
+        cache = replay.get("prefix_cache", None)
+        features, velocity = self.condition(
+            obs,
+            image_features=replay.get("image_features", None),
+            prefix=None if cache is None else PrefixCache.from_replay(cache),
+        )
         logprob, entropy = self.head.log_prob(velocity, features, replay)
         return EvalOut(
             logprob=reduce_logprob(self._executed(logprob), self.cfg.logprob_type),

@@ -34,6 +34,23 @@ class PrefixCache:
     kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [N, kv_heads, P, head_dim]
     mask: torch.Tensor  # [N, P] bool, real prefix tokens
 
+    def to_replay(self) -> TensorDict:
+        """The cache as replay entries [N, ...] (keys and values stacked over layers), so an update whose
+        prefix is frozen reads it back instead of running the towers and the language model again."""
+        keys = torch.stack([k for k, _ in self.kv], dim=1)  # [N, L, kv_heads, P, head_dim]
+        values = torch.stack([v for _, v in self.kv], dim=1)
+        batch = self.mask.shape[:1]
+        return TensorDict(
+            {"features": self.features, "keys": keys, "values": values, "mask": self.mask}, batch_size=batch
+        )
+
+    @classmethod
+    def from_replay(cls, replay: TensorDict) -> PrefixCache:
+        """Inverse of `to_replay`."""
+        keys, values = replay["keys"], replay["values"]
+        kv = [(keys[:, i], values[:, i]) for i in range(keys.shape[1])]
+        return cls(replay["features"], kv, replay["mask"])
+
     def repeat_interleave(self, repeats: int) -> PrefixCache:
         """Each row repeated `repeats` times (several (noise, t) draws per observation)."""
         if repeats == 1:
@@ -85,6 +102,12 @@ class VLAFlowPrefix(nn.Module):
         # The expert reads this model's key/value cache with gradients, which transformers drops under
         # activation checkpointing: policy.gradient_checkpointing covers the vision towers only here.
         self.backbone.language_model.supports_gradient_checkpointing = False
+
+    @property
+    def frozen(self) -> bool:
+        """Whether no weight of the prefix trains (policy.train_expert_only, or the vision and language
+        groups frozen): its cache is then a fixed function of the observation."""
+        return not any(p.requires_grad for p in self.backbone.parameters())
 
     @property
     def rope_theta(self) -> float:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from embodrl.errors import ConfigError
+from embodrl.policies.finetune import prepare_finetuning
 from embodrl.policies.flow.vla_flow import discretize_state, make_prompts
 from embodrl.policies.loading import load_policy
 from tests.policies.vla_testing import LOGPROB_SHAPES, A, C, N, S, build, make_obs
@@ -28,6 +29,23 @@ def test_evaluate_recomputes_identical_logprobs(likelihood, variant, logprob_typ
     ev.logprob.sum().backward()
     expert_grads = [p.grad for p in policy.action_expert.parameters() if p.grad is not None]
     assert expert_grads and any(g.abs().sum() > 0 for g in expert_grads)
+
+
+def test_a_frozen_prefix_is_cached_for_the_update_and_gives_the_same_logprobs():
+    policy = build("flow", flow=VLA_FLOW, train_expert_only=True)
+    prepare_finetuning(policy, policy.cfg)
+    obs = make_obs()
+    out = policy.act(obs)
+    cache = out.replay["prefix_cache"]
+    assert cache["keys"].shape[:2] == (N, policy.cfg.vla_architecture.language.num_layers)
+    cached = policy.evaluate(obs, out.replay)
+    recomputed = policy.evaluate(obs, out.replay.exclude("prefix_cache"))
+    torch.testing.assert_close(cached.logprob, recomputed.logprob)
+    torch.testing.assert_close(cached.logprob, out.logprob)
+    cached.logprob.sum().backward()  # the expert trains from the cache alone
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.action_expert.parameters())
+    trained = build("flow", flow=VLA_FLOW)  # a prefix that trains is run again by every update
+    assert "prefix_cache" not in trained.act(obs).replay.keys()
 
 
 def test_padded_model_chunk_executes_its_first_steps_and_dims():
