@@ -33,8 +33,14 @@ def build_policy(cfg: ExperimentConfig, env: VecEnv) -> Policy:
                 cfg.policy.init_from,
                 ", ".join(ignored),
             )
-        if not policy.cfg.instruction_table:  # an imported checkpoint knows no env's instructions
-            policy.set_instruction_table(env.instruction_table)
+        table = tuple(env.instruction_table)
+        if "task_id" not in policy.cfg.read_keys and policy.cfg.instruction_table != table:
+            # obs["task_id"] indexes this env's table: a checkpoint from other tasks (a multi-task base,
+            # an import that knows no env) reads its prompts through it. A policy that embeds the ids
+            # keeps its own.
+            if policy.cfg.instruction_table:
+                log.info("policy.init_from=%s reads this env's instructions", cfg.policy.init_from)
+            policy.set_instruction_table(table)
     else:
         pcfg = cfg.policy
         if "task_id" in pcfg.read_keys and pcfg.num_tasks == 0:

@@ -1,0 +1,31 @@
+"""A run's starting policy: a checkpoint from other tasks reads its prompts through this env's table."""
+
+from embodrl.config import compose
+from embodrl.sims.registry import make_env
+from embodrl.train.policy_setup import build_policy
+
+
+def _cfg(*overrides):
+    return compose(
+        "openvla_oft_grpo_nano",
+        ["env.num_envs=2", "env.task=null", "device=cpu", "train.tensorboard=false", *overrides],
+    )
+
+
+def test_a_checkpoint_from_other_tasks_reads_this_envs_instructions(tmp_path):
+    base_cfg = _cfg()  # every task of the suite: a multi-task base
+    base_env = make_env(base_cfg.env)
+    base = build_policy(base_cfg, base_env)
+    base.save_pretrained(tmp_path)
+    assert len(base.cfg.instruction_table) > 8
+
+    cfg = _cfg("env.task=pick", f"policy.init_from={tmp_path}")
+    env = make_env(cfg.env)
+    policy = build_policy(cfg, env)
+    # obs["task_id"] indexes the pick env's own table, so the prompts must come from it
+    assert policy.cfg.instruction_table == tuple(env.instruction_table)
+    obs = env.reset()
+    out = policy.act(obs, deterministic=True)
+    assert out.actions.shape[0] == 2
+    base_env.close()
+    env.close()
