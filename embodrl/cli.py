@@ -165,6 +165,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from embodrl.policies.loading import load_policy
     from embodrl.sims.registry import make_env
     from embodrl.train.evaluation import evaluate_policy, summarize
+    from embodrl.train.policy_setup import read_prompts_through
 
     checkpoint = Path(args.checkpoint)
     # A checkpoint inside a run folder (runs/x/t/checkpoints/last/policy) evaluates in that run's env.
@@ -180,6 +181,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     # the run's evaluation envs: with its seed, the same episodes get the same noise as in the run
     env_cfg = dataclasses.replace(cfg.env, num_envs=cfg.train.eval_envs or cfg.env.num_envs)
     with make_env(env_cfg, device=cfg.device) as env:
+        read_prompts_through(policy, env)
         results = evaluate_policy(
             policy,
             env,

@@ -21,8 +21,10 @@ def action_source(name: str, env: VecEnv, seed: int, device: str = "cpu") -> Act
     folder (its deterministic actions)."""
     if Path(name).is_dir():
         from embodrl.policies.loading import load_policy
+        from embodrl.train.policy_setup import read_prompts_through
 
         policy = load_policy(name, device=device).eval()
+        read_prompts_through(policy, env)
         return lambda obs: policy.act(obs, deterministic=True).actions
     if name == "expert":
         return lambda obs: env.expert_actions()[:, None]

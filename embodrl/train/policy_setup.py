@@ -20,6 +20,18 @@ from embodrl.sims.base import VecEnv
 log = logging.getLogger(__name__)
 
 
+def read_prompts_through(policy: Policy, env: VecEnv) -> None:
+    """Point a loaded checkpoint's instruction table at `env`'s, which obs["task_id"] indexes: a checkpoint
+    from other tasks (a multi-task base, an import that knows no env) then reads the prompts this env
+    means. A policy that embeds the ids themselves (it reads `task_id`) keeps its own table."""
+    table = tuple(env.instruction_table)
+    if "task_id" in policy.cfg.read_keys or policy.cfg.instruction_table == table:
+        return
+    if policy.cfg.instruction_table:
+        log.info("the checkpoint reads this env's %d instructions instead of its own", len(table))
+    policy.set_instruction_table(table)
+
+
 def build_policy(cfg: ExperimentConfig, env: VecEnv) -> Policy:
     """A fresh policy shaped for `env`, or the checkpoint named by `policy.init_from`; then the fine-tuning
     settings (policy.lora, train_expert_only, gradient_checkpointing) of the experiment are applied."""
@@ -33,14 +45,7 @@ def build_policy(cfg: ExperimentConfig, env: VecEnv) -> Policy:
                 cfg.policy.init_from,
                 ", ".join(ignored),
             )
-        table = tuple(env.instruction_table)
-        if "task_id" not in policy.cfg.read_keys and policy.cfg.instruction_table != table:
-            # obs["task_id"] indexes this env's table: a checkpoint from other tasks (a multi-task base,
-            # an import that knows no env) reads its prompts through it. A policy that embeds the ids
-            # keeps its own.
-            if policy.cfg.instruction_table:
-                log.info("policy.init_from=%s reads this env's instructions", cfg.policy.init_from)
-            policy.set_instruction_table(table)
+        read_prompts_through(policy, env)
     else:
         pcfg = cfg.policy
         if "task_id" in pcfg.read_keys and pcfg.num_tasks == 0:

@@ -1,8 +1,10 @@
-"""A run's starting policy: a checkpoint from other tasks reads its prompts through this env's table."""
+"""A run's starting policy, and any loaded checkpoint: one from other tasks reads its prompts through
+this env's instruction table."""
 
 from embodrl.config import compose
+from embodrl.policies.loading import load_policy
 from embodrl.sims.registry import make_env
-from embodrl.train.policy_setup import build_policy
+from embodrl.train.policy_setup import build_policy, read_prompts_through
 
 
 def _cfg(*overrides):
@@ -27,5 +29,8 @@ def test_a_checkpoint_from_other_tasks_reads_this_envs_instructions(tmp_path):
     obs = env.reset()
     out = policy.act(obs, deterministic=True)
     assert out.actions.shape[0] == 2
+    evaluated = load_policy(tmp_path)  # as `embodrl eval` and `play` load it
+    read_prompts_through(evaluated, env)
+    assert evaluated.cfg.instruction_table == tuple(env.instruction_table)
     base_env.close()
     env.close()
