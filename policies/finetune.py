@@ -32,7 +32,10 @@ def prepare_finetuning(policy: nn.Module, cfg: PolicyConfig) -> nn.Module:
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
     policy.cfg = dataclasses.replace(
-        policy.cfg, train_expert_only=cfg.train_expert_only, gradient_checkpointing=cfg.gradient_checkpointing
+        policy.cfg,
+        train_expert_only=cfg.train_expert_only,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        cache_frozen_prefix=cfg.cache_frozen_prefix,
     )
     return policy
 

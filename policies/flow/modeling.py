@@ -180,10 +180,13 @@ class FlowPolicy(VLAPolicy):
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
         image_features = self.encoder.frozen_image_features(obs) if self.encoder is not None else None
-        # A frozen VLA prefix is a fixed function of the observation: its cache goes to replay, so the
-        # update runs the action expert alone instead of the towers and the language model again.
-        frozen_prefix = self.prefix_encoder is not None and self.prefix_encoder.frozen
-        prefix = self.prefix_encoder(obs, self._vla_state(obs)) if frozen_prefix else None
+        # A frozen VLA prefix is a fixed function of the observation: with policy.cache_frozen_prefix its
+        # cache goes to replay, so the update runs the action expert alone instead of the towers and the
+        # language model again.
+        cached = (
+            self.cfg.cache_frozen_prefix and self.prefix_encoder is not None and self.prefix_encoder.frozen
+        )
+        prefix = self.prefix_encoder(obs, self._vla_state(obs)) if cached else None
         features, velocity = self.condition(obs, image_features=image_features, prefix=prefix)
         x0 = torch.randn(features.shape[0], *self.model_shape, device=features.device)  # noise at t = 1
         replay, logprob = self.head.sample(velocity, features, x0, deterministic)

@@ -32,7 +32,7 @@ def test_evaluate_recomputes_identical_logprobs(likelihood, variant, logprob_typ
 
 
 def test_a_frozen_prefix_is_cached_for_the_update_and_gives_the_same_logprobs():
-    policy = build("flow", flow=VLA_FLOW, train_expert_only=True)
+    policy = build("flow", flow=VLA_FLOW, train_expert_only=True, cache_frozen_prefix=True)
     prepare_finetuning(policy, policy.cfg)
     obs = make_obs()
     out = policy.act(obs)
@@ -44,8 +44,11 @@ def test_a_frozen_prefix_is_cached_for_the_update_and_gives_the_same_logprobs():
     torch.testing.assert_close(cached.logprob, out.logprob)
     cached.logprob.sum().backward()  # the expert trains from the cache alone
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.action_expert.parameters())
-    trained = build("flow", flow=VLA_FLOW)  # a prefix that trains is run again by every update
+    trained = build("flow", flow=VLA_FLOW, cache_frozen_prefix=True)  # a prefix that trains: run again
     assert "prefix_cache" not in trained.act(obs).replay.keys()
+    uncached = build("flow", flow=VLA_FLOW, train_expert_only=True)  # frozen, but the cache is opt-in
+    prepare_finetuning(uncached, uncached.cfg)
+    assert "prefix_cache" not in uncached.act(obs).replay.keys()
 
 
 def test_padded_model_chunk_executes_its_first_steps_and_dims():
