@@ -213,6 +213,7 @@ def _replay_demos(args: argparse.Namespace, cfg, policy, out) -> None:
     from embodrl.data.lerobot_dataset import LeRobotDataset
     from embodrl.sims.registry import make_env
     from embodrl.train.demo_replay import replay_demos, replayable_episodes
+    from embodrl.train.policy_setup import read_prompts_through
 
     dataset = LeRobotDataset(args.demos)
     episodes = [e for e in replayable_episodes(dataset, cfg.env.task) if e >= args.first_demo][
@@ -224,6 +225,7 @@ def _replay_demos(args: argparse.Namespace, cfg, policy, out) -> None:
         )
     env_cfg = dataclasses.replace(cfg.env, num_envs=min(len(episodes), cfg.env.num_envs))
     with make_env(env_cfg, device=cfg.device) as env:
+        read_prompts_through(policy, env)
         report = replay_demos(policy, env, dataset, episodes, seed=cfg.seed)
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo_replay.json").write_text(json.dumps(report.as_dict(), indent=2))
