@@ -156,6 +156,7 @@ _NOT_FROM_CHECKPOINT = (
     "train_expert_only",
     "gradient_checkpointing",
     "cache_frozen_prefix",
+    "logprob_type",  # how RL groups the log-probs for its ratio; no weight depends on it
 )
 
 

@@ -1,6 +1,7 @@
 """Fine-tuning settings applied to a built or loaded policy: full / LoRA / frozen per module group (with the
 frozen-VLM shortcut `policy.train_expert_only`, pi_RL's recipe) and activation checkpointing of the
-`transformers` towers (`policy.gradient_checkpointing`).
+`transformers` towers (`policy.gradient_checkpointing`), and how RL groups the log-probs
+(`policy.logprob_type`).
 
 They are training settings, read from the experiment config also when the policy comes from
 `policy.init_from`, and recorded in the policy's config so its checkpoints say how it was trained.
@@ -36,6 +37,7 @@ def prepare_finetuning(policy: nn.Module, cfg: PolicyConfig) -> nn.Module:
         train_expert_only=cfg.train_expert_only,
         gradient_checkpointing=cfg.gradient_checkpointing,
         cache_frozen_prefix=cfg.cache_frozen_prefix,
+        logprob_type=cfg.logprob_type,
     )
     return policy
 

@@ -34,3 +34,19 @@ def test_a_checkpoint_from_other_tasks_reads_this_envs_instructions(tmp_path):
     assert evaluated.cfg.instruction_table == tuple(env.instruction_table)
     base_env.close()
     env.close()
+
+
+def test_a_fine_tuning_run_groups_a_checkpoints_logprobs_as_it_asks(tmp_path):
+    """The SFT checkpoint's log-prob grouping (`token`) is not a weight: the RL run's `chunk` applies."""
+    cfg = compose("pick_flow_noise", ["env.num_envs=2", "device=cpu", "policy.logprob_type=token"])
+    env = make_env(cfg.env)
+    build_policy(cfg, env).save_pretrained(tmp_path)
+
+    cfg = compose(
+        "pick_flow_noise",
+        ["env.num_envs=2", "device=cpu", "policy.logprob_type=chunk", f"policy.init_from={tmp_path}"],
+    )
+    policy = build_policy(cfg, env)
+    assert policy.cfg.logprob_type == "chunk"
+    assert policy.act(env.reset()).logprob.shape == (2,)  # one log-prob per decision, not [2, C, A]
+    env.close()
