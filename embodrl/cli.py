@@ -201,8 +201,12 @@ def cmd_eval(args: argparse.Namespace) -> None:
         f"success: {summary['success_rate']:.1%} (95% CI {lo:.1%}-{hi:.1%}) over {summary['episodes']} "
         f"episodes; mean length {summary['mean_length']:.1f}"
     )
+    flags = summary["flags"]  # the env's episode flags, e.g. tabletop-lang's wrong_object
+    for name, flag in flags.items():
+        print(f"{name}: {flag['rate']:.1%} of episodes")
     for text, rate in summary["per_instruction"].items():
-        print(f"  {rate:6.1%}  {text}")
+        shares = "".join(f"  {name} {flag['per_instruction'][text]:6.1%}" for name, flag in flags.items())
+        print(f"  {rate:6.1%}{shares}  {text}")
     print(f"outputs: {out}")
 
 

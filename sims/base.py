@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,9 @@ class StepResult:
     reward is per executed action [N, C] (zeros after an episode ended inside the chunk); the
     chunk reward is `reward.sum(-1)`. On auto-reset, `obs` is the first observation of the new
     episode and `final_obs` the last one of the finished episode (equal to `obs` elsewhere).
+    `episode_flags` holds the env's named per-episode outcomes besides success (`VecEnv.episode_flag_names`;
+    none by default): bool [N], True once the event happened in the episode; where `done`, the finished
+    episode's. Readers take them where an episode ends, like success.
     """
 
     obs: TensorDict  # [N]
@@ -47,6 +51,11 @@ class StepResult:
     success: torch.Tensor  # [N] bool
     final_obs: TensorDict  # [N]
     steps_executed: torch.Tensor  # [N] int64: actions of the chunk actually executed
+    episode_flags: TensorDict | None = None  # [N] bool per flag name; None in the constructor: no flags
+
+    def __post_init__(self) -> None:
+        if self.episode_flags is None:
+            self.episode_flags = TensorDict({}, batch_size=self.batch_size, device=self.device)
 
     @classmethod
     def build(
@@ -60,6 +69,7 @@ class StepResult:
         final_obs: TensorDict,
         steps_executed: torch.Tensor,
         device: torch.device | str | None,
+        episode_flags: Mapping[str, torch.Tensor] | None = None,
     ) -> StepResult:
         """The StepResult of these tensors (batch from `reward`), on `device`.
 
@@ -74,6 +84,7 @@ class StepResult:
             success=success,
             final_obs=final_obs,
             steps_executed=steps_executed,
+            episode_flags=dict(episode_flags or {}),  # a nested TensorDict, empty for most envs
         )
         return cls.from_tensordict(TensorDict(fields_, batch_size=reward.shape[:1], device=device))
 
@@ -110,6 +121,11 @@ class VecEnv(ABC):
     @abstractmethod
     def num_init_states(self) -> int:
         """Number of distinct initial states addressable by `reset_to`."""
+
+    @property
+    def episode_flag_names(self) -> tuple[str, ...]:
+        """The keys of every StepResult.episode_flags this env returns; most envs report none."""
+        return ()
 
     @abstractmethod
     def reset(self, seed: int | None = None, options: dict | None = None) -> TensorDict:

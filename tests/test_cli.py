@@ -9,6 +9,8 @@ import pytest
 from embodrl.cli import build_parser, main
 from embodrl.config import compose
 from embodrl.data.lerobot_dataset import LeRobotDataset
+from embodrl.sims.registry import make_env
+from embodrl.train.policy_setup import build_policy
 from embodrl.train.rl_runner import OnPolicyRunner
 
 COMMANDS = ["envs", "play", "train", "collect", "sft", "eval", "serve", "deploy", "convert"]
@@ -191,3 +193,23 @@ def test_sigterm_saves_the_run_like_ctrl_c(tmp_path):
     resumed = OnPolicyRunner(compose(str(run_dir / "config.yaml"), []), run_dir, resume=True)
     assert resumed.iteration == logged >= 2  # the iteration running at the signal finished and was saved
     resumed.schedule.close()
+
+
+def test_eval_prints_the_envs_episode_flags_next_to_success(tmp_path, capsys):
+    overrides = [
+        "env.suite=tabletop-lang",
+        "env.num_envs=2",
+        "env.max_episode_steps=3",
+        "policy.family=gaussian",
+    ]
+    cfg = compose(None, overrides)
+    with make_env(cfg.env) as env:
+        build_policy(cfg, env).save_pretrained(tmp_path / "policy")
+    assert (
+        main(["eval", str(tmp_path / "policy"), "--episodes", "2", "--out", str(tmp_path), *overrides]) == 0
+    )
+    out = capsys.readouterr().out
+    flag = json.loads((tmp_path / "summary.json").read_text())["flags"]["wrong_object"]
+    assert f"\nwrong_object: {flag['rate']:.1%} of episodes\n" in out
+    for text, share in flag["per_instruction"].items():  # beside each instruction's success
+        assert f"  wrong_object {share:6.1%}  {text}\n" in out

@@ -18,6 +18,7 @@ from embodrl.choices import check_positive
 #   reward          [C]         per executed action, zeros after an episode's end inside the chunk
 #   steps_executed  []          int64, actions of the chunk executed before the episode ended
 #   terminated, truncated, success  []  bool
+#   episode_flags   TensorDict  the env's episode flags, [] bool each (StepResult.episode_flags; may be empty)
 #   bootstrap_value []          V(final_obs) where truncated (read nowhere else; zeros are fine)
 TRANSITION_KEYS = (
     "obs",
@@ -30,6 +31,7 @@ TRANSITION_KEYS = (
     "terminated",
     "truncated",
     "success",
+    "episode_flags",
     "bootstrap_value",
 )
 

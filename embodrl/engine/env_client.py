@@ -174,6 +174,7 @@ class StagedEnv(VecEnv):
             final_obs=obs,
             steps_executed=torch.zeros(n, dtype=torch.int64, device=self.device),
             device=self.device,
+            episode_flags={name: no.clone() for name in self.episode_flag_names},  # as the other stages'
         )
 
     def take_failure(self) -> EnvWorkerError | None:
@@ -200,6 +201,10 @@ class StagedEnv(VecEnv):
     @property
     def num_init_states(self) -> int:
         return self._spec["num_init_states"]
+
+    @property
+    def episode_flag_names(self) -> tuple[str, ...]:
+        return self._spec["episode_flag_names"]
 
     def _all_obs(self) -> TensorDict:
         return torch.cat(self._obs)

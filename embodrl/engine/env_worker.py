@@ -1,7 +1,8 @@
 """The env worker: owns K stages of num_envs / K envs and answers requests from one channel in order.
 
 Requests (Header.kind, payload) and their replies:
-  spec      -> spec (info: action/observation specs, instruction table, number of initial states)
+  spec      -> spec (info: action/observation specs, instruction table, number of initial states,
+               episode flag names)
   reset     -> ok (payload: obs of the stage)                 info: base seed
   reset_to  -> ok (payload: obs of the stage)                 payload: state_ids [n], env_ids [n]
   step      -> ok (payload: StepResult as a TensorDict)       payload: actions [N/K, C, A]
@@ -53,6 +54,7 @@ class EnvWorker:
             "observation_spec": env.observation_spec,
             "instruction_table": env.instruction_table,
             "num_init_states": env.num_init_states,
+            "episode_flag_names": env.episode_flag_names,
         }
 
     def handle(self, header: Header, payload: TensorDict | None) -> tuple[Header, TensorDict | None]:

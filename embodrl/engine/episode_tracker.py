@@ -6,10 +6,11 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+from tensordict import TensorDict
 
 from embodrl.parallel.distributed import sum_over_ranks
 
-OUTCOMES = ("return", "length", "success")  # the per-episode means `pop` returns besides the count
+OUTCOMES = ("return", "length", "success")  # the per-episode means `pop` returns, then the env's flags
 
 
 @dataclass
@@ -24,21 +25,30 @@ class EpisodeTracker:
     # episode then counts only if it began early enough to end inside the rollout whatever happens.
     # None: every episode counts (rollouts that carry episodes over drop none).
     episode_limit: int | None = None
-    finished: list[tuple[float, int, bool]] = field(default_factory=list)
+    finished: list[dict[str, float]] = field(default_factory=list)  # OUTCOMES and flags per episode
+    flag_names: tuple[str, ...] = ()  # the env's episode flags (StepResult.episode_flags), as recorded
 
     @classmethod
     def zeros(cls, num_envs: int, episode_limit: int | None = None) -> EpisodeTracker:
         return cls(torch.zeros(num_envs), torch.zeros(num_envs, dtype=torch.long), episode_limit)
 
     def record_rollout(
-        self, reward: torch.Tensor, steps: torch.Tensor, done: torch.Tensor, success: torch.Tensor
+        self,
+        reward: torch.Tensor,
+        steps: torch.Tensor,
+        done: torch.Tensor,
+        success: torch.Tensor,
+        flags: TensorDict | None = None,
     ) -> None:
-        """Count a rollout's decisions: reward [T, N, C], steps executed, done and success [T, N].
+        """Count a rollout's decisions: reward [T, N, C], steps executed, done, success and the episode
+        flags [T, N] (read where an episode ends, as success).
 
         Once per rollout rather than per decision: at one env the per-decision sums cost as much as
         the buffer's copy; here only the few decisions that end an episode cost a Python step.
         """
         step_returns, steps, success = reward.sum(-1).cpu(), steps.cpu(), success.cpu()
+        flags = {} if flags is None else {name: flag.cpu() for name, flag in flags.items()}
+        self.flag_names = tuple(flags)
         last_start = None  # the last decision from which a whole episode fits (a chunk stops at its end)
         if self.episode_limit is not None:
             last_start = reward.shape[0] - math.ceil(self.episode_limit / reward.shape[-1])
@@ -47,33 +57,27 @@ class EpisodeTracker:
             ret = self.returns[i] + step_returns[start[i] : t + 1, i].sum()
             length = self.lengths[i] + steps[start[i] : t + 1, i].sum()
             if last_start is None or start[i] <= last_start:
-                self.finished.append((float(ret), int(length), bool(success[t, i])))
+                outcome = {"return": float(ret), "length": int(length), "success": bool(success[t, i])}
+                self.finished.append(outcome | {name: bool(flag[t, i]) for name, flag in flags.items()})
             self.returns[i], self.lengths[i], start[i] = 0.0, 0, t + 1
         running = torch.arange(step_returns.shape[0])[:, None] >= start  # [T, N]: episodes still going
         self.returns += (step_returns * running).sum(0)
         self.lengths += (steps * running).sum(0)
 
     def pop(self) -> dict[str, float]:
-        """Mean return, length and success of the finished episodes, then forget them."""
-        if not self.finished:
-            return {"episodes": 0.0}
-        returns, lengths, successes = zip(*self.finished, strict=True)
-        self.finished = []
-        n = len(returns)
-        return {
-            "episodes": float(n),
-            "return": sum(returns) / n,
-            "length": sum(lengths) / n,
-            "success": sum(successes) / n,
-        }
+        """Mean return, length, success and flags of the finished episodes, then forget them. Without any,
+        every mean is 0: the same keys on every rank, for `mean_over_ranks`."""
+        finished, self.finished = self.finished, []
+        n = len(finished)
+        means = {k: sum(e[k] for e in finished) / n if n else 0.0 for k in (*OUTCOMES, *self.flag_names)}
+        return {"episodes": float(n), **means}
 
 
 def mean_over_ranks(outcomes: dict[str, float]) -> dict[str, float]:
     """`pop`'s outcomes of every rank's episodes: counts summed, means weighted by them (unchanged in one
-    process)."""
+    process); without any finished episode, only the count."""
     n = outcomes["episodes"]
-    # a rank without finished episodes has no means: it adds zero weight
-    totals = sum_over_ranks({"episodes": n, **{k: outcomes[k] * n if n else 0.0 for k in OUTCOMES}})
+    totals = sum_over_ranks({k: v if k == "episodes" else v * n for k, v in outcomes.items()})
     if not totals["episodes"]:
         return {"episodes": 0.0}
-    return {"episodes": totals["episodes"], **{k: totals[k] / totals["episodes"] for k in OUTCOMES}}
+    return {k: v if k == "episodes" else v / totals["episodes"] for k, v in totals.items()}

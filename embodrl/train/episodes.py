@@ -18,6 +18,11 @@ NextEpisode = Callable[[int], int]  # free env id -> episode id to play there ne
 EpisodeEndFn = Callable[[int, int, bool], None]  # (env id, episode id, success) of a finished episode
 
 
+def share(outcomes: list[bool]) -> float:
+    """The fraction of episodes with the outcome (0 without episodes)."""
+    return float(np.mean(outcomes)) if outcomes else 0.0
+
+
 @dataclass
 class EpisodeResults:
     """Per-episode outcomes, in the order of their initial-state ids."""
@@ -26,11 +31,12 @@ class EpisodeResults:
     length: list[int] = field(default_factory=list)  # env steps (actions executed)
     ret: list[float] = field(default_factory=list)
     instruction: list[str] = field(default_factory=list)
+    flags: dict[str, list[bool]] = field(default_factory=dict)  # the env's episode flags, by name
     frames: dict[int, list[np.ndarray]] = field(default_factory=dict)  # episode id -> video frames
 
     @property
     def success_rate(self) -> float:
-        return float(np.mean(self.success)) if self.success else 0.0
+        return share(self.success)
 
     def confidence_interval(self, z: float = 1.96) -> tuple[float, float]:
         """Wilson score interval for the success rate (95% by default)."""
@@ -42,11 +48,12 @@ class EpisodeResults:
         half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
         return (max(0.0, centre - half), min(1.0, centre + half))
 
-    def per_instruction(self) -> dict[str, float]:
+    def per_instruction(self, outcomes: list[bool] | None = None) -> dict[str, float]:
+        """The share of each instruction's episodes with `outcomes` (default: success)."""
         out: dict[str, list[bool]] = {}
-        for text, ok in zip(self.instruction, self.success, strict=True):
+        for text, ok in zip(self.instruction, self.success if outcomes is None else outcomes, strict=True):
             out.setdefault(text, []).append(ok)
-        return {text: float(np.mean(v)) for text, v in sorted(out.items())}
+        return {text: share(v) for text, v in sorted(out.items())}
 
 
 def fixed_schedule(num_envs: int, num_episodes: int) -> NextEpisode:
@@ -96,10 +103,12 @@ def run_episodes(
         ret += res.reward.sum(-1).cpu()
         length += res.steps_executed.cpu()
         finished = res.done.cpu().nonzero().flatten().tolist()
+        flags = res.episode_flags.cpu() if finished else None
         for i in finished:
             if current[i] >= 0 and current[i] not in results:
                 ok = bool(res.success[i])
-                results[current[i]] = (ok, int(length[i]), float(ret[i]), instructions[i])
+                episode_flags = {name: bool(flag[i]) for name, flag in flags.items()}
+                results[current[i]] = (ok, int(length[i]), float(ret[i]), instructions[i], episode_flags)
                 if on_episode_end is not None:
                     on_episode_end(i, current[i], ok)
                 bar.update(1)
@@ -111,9 +120,11 @@ def run_episodes(
     bar.close()
     out = EpisodeResults(frames=frames)
     for e in sorted(results):
-        ok, steps, r, text = results[e]
+        ok, steps, r, text, episode_flags = results[e]
         out.success.append(ok)
         out.length.append(steps)
         out.ret.append(r)
         out.instruction.append(text)
+        for name, flag in episode_flags.items():
+            out.flags.setdefault(name, []).append(flag)
     return out

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from embodrl.sims.base import VecEnv
-from embodrl.train.episodes import EpisodeResults, run_episodes
+from embodrl.train.episodes import EpisodeResults, run_episodes, share
 from embodrl.train.video import write_video
 
 
@@ -64,7 +64,8 @@ def evaluate_policy(
 
 
 def summarize(results: EpisodeResults) -> dict:
-    """JSON-ready summary: success rate with its 95% Wilson interval, lengths, returns, per instruction."""
+    """JSON-ready summary: success rate with its 95% Wilson interval, lengths, returns, per instruction;
+    the share of episodes with each of the env's episode flags, overall and per instruction."""
     lo, hi = results.confidence_interval()
     n = max(len(results.success), 1)
     return {
@@ -74,14 +75,19 @@ def summarize(results: EpisodeResults) -> dict:
         "mean_length": sum(results.length) / n,
         "mean_return": sum(results.ret) / n,
         "per_instruction": results.per_instruction(),
+        "flags": {
+            name: {"rate": share(values), "per_instruction": results.per_instruction(values)}
+            for name, values in results.flags.items()
+        },
     }
 
 
 def eval_metrics(results: EpisodeResults) -> dict[str, float]:
-    """The scalars logged as eval/* each evaluation."""
+    """The scalars logged as eval/* each evaluation (eval/<flag> for each episode flag)."""
     summary = summarize(results)
     return {
         "eval/success": summary["success_rate"],
         "eval/length": summary["mean_length"],
         "eval/return": summary["mean_return"],
+        **{f"eval/{name}": flag["rate"] for name, flag in summary["flags"].items()},
     }

@@ -41,10 +41,28 @@ KINDS = ("cube", "target", "plate", "bowl", "button")  # object slots: kind-majo
 FLOOR_Z = -0.75
 STATE_DIM = 17  # ee pos 3, ee rotation 6 (two columns), gripper gap 1, arm joints 7
 PRIVILEGED_DIM = 16 + len(TASK_NAMES)  # main pos 3 + quat 4, goal pos 3, main-ee 3, goal-main 3, task
+WRONG_OBJECT = "wrong_object"  # episode flag: the policy moved an object the instruction does not name
+MOVABLE = ("cube", "button")  # kinds a policy can displace; the others are mocap bodies
+MOVED_CUBE = 0.02  # m from its start counts as moved: far past settling (0.1 mm) and a graze of the hand
 
 
 def _slot(kind: str, color: int) -> int:
     return KINDS.index(kind) * len(COLOR_NAMES) + color
+
+
+def _slots(kind: str) -> slice:
+    """The object slots of one kind, a colour each."""
+    return slice(_slot(kind, 0), _slot(kind, 0) + len(COLOR_NAMES))
+
+
+def _watched(layout: Layout, named: list[int]) -> np.ndarray:
+    """[slots] bool: the movable objects a layout places that the instruction does not name (the parked
+    ones wait out of reach)."""
+    out = np.zeros(len(KINDS) * len(COLOR_NAMES), bool)
+    for kind in MOVABLE:
+        out[[_slot(kind, c) for c in layout.objects.get(kind, {})]] = True
+    out[named] = False
+    return out
 
 
 EE_DELTA_NAMES = ("dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper")
@@ -64,6 +82,8 @@ class TabletopEnv(VecEnv):
     [N, C, 8]: arm joint targets scaled to the joint ranges, then the gripper; with
     control_mode=ee_delta_yaw, [N, C, 5]: delta xyz, delta yaw, gripper (roll and pitch held); with
     control_mode=ee_delta_pos, [N, C, 4]: delta xyz, gripper (the hand keeps pointing down, yaw 0).
+    With distractors (tabletop-lang), the episode flag `wrong_object`: at some control step a cube the
+    instruction does not name moved MOVED_CUBE from its start, or such a button was pressed.
     Rewards per executed action: sparse gives 1 where the task is done; dense gives the change in
     task progress plus 1 where done (rewards.py). Observation `state` [N, 17]: ee position, ee
     rotation (first two columns), finger gap / max, arm joints; `privileged` [N, 22]: instructed
@@ -105,6 +125,9 @@ class TabletopEnv(VecEnv):
         self._steps = np.zeros(n, dtype=np.int64)
         self._progress = np.zeros(n)
         self._state_id = np.zeros(n, dtype=np.int64)  # the initial state each env's episode started from
+        self._cube_start = np.zeros((n, len(COLOR_NAMES), 3))  # cube positions at the episode's start
+        self._watched = np.zeros((n, len(KINDS) * len(COLOR_NAMES)), bool)  # see _watched
+        self._wrong_object = np.zeros(n, bool)  # the episode has moved a watched object
         self._rng = np.random.default_rng(cfg.seed)
         self._cube_xyz = self.idx.cube_qpos[:, None] + np.arange(3)  # [colors, 3] qpos addresses
         self._mocap_of = np.concatenate(
@@ -141,6 +164,11 @@ class TabletopEnv(VecEnv):
     @property
     def num_init_states(self) -> int:
         return NUM_INIT_STATES
+
+    @property
+    def episode_flag_names(self) -> tuple[str, ...]:
+        # without distractors only the named objects are placed: the flag could never be set
+        return (WRONG_OBJECT,) if self._distractors else ()
 
     # ---- resets ------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, options: dict | None = None) -> TensorDict:
@@ -216,6 +244,7 @@ class TabletopEnv(VecEnv):
             self._task[i] = TASK_NAMES.index(entry.task)
             self._main_slot[i] = _slot(spec.main, entry.main)
             self._goal_slot[i] = _slot(spec.goal, entry.goal) if spec.goal else self._main_slot[i]
+            self._watched[i] = _watched(layout, [self._main_slot[i], self._goal_slot[i]])
             p.qpos[i, idx.arm_qpos] = arm_q
             p.qpos[i, idx.finger_qpos] = FINGER_OPEN
             p.ctrl[i, :7] = arm_q
@@ -237,6 +266,8 @@ class TabletopEnv(VecEnv):
                     xyz = placed.get(c, np.array([PARK_X, 0.3 * (k * 4 + c), FLOOR_Z]))
                     p.mocap_pos[i, mocap] = np.append(xyz, 0.0) if len(xyz) == 2 else xyz
         p.forward(env_ids)
+        self._cube_start[env_ids] = p.qpos[env_ids][:, self._cube_xyz]
+        self._wrong_object[env_ids] = False
         ee_pos, ee_rot = self._ee_pose()
         self._controller.reset(env_ids, ee_pos[env_ids], ee_rot[env_ids])
         self._expert.reset(env_ids)
@@ -254,9 +285,18 @@ class TabletopEnv(VecEnv):
         cubes = p.qpos[:, self._cube_xyz]  # [N, colors, 3]
         mocap = p.mocap_pos[:, self._mocap_of]  # [N, 4 * colors, 3]
         pos = np.concatenate([cubes, mocap], 1)
-        buttons = slice(_slot("button", 0), _slot("button", 0) + len(COLOR_NAMES))
-        pos[:, buttons, 2] += BUTTON_TOP + p.qpos[:, self.idx.button_qpos]
+        pos[:, _slots("button"), 2] += BUTTON_TOP + p.qpos[:, self.idx.button_qpos]
         return pos
+
+    def _moved_watched(self) -> np.ndarray:
+        """[N] bool: a watched object is now away from its start (cubes) or pressed (buttons, as deep as a
+        press of the named one counts; a resting cap sinks 5 mm under its own weight)."""
+        p = self.physics
+        moved = np.zeros_like(self._watched)
+        shift = np.linalg.norm(p.qpos[:, self._cube_xyz] - self._cube_start, axis=-1)  # [N, colors]
+        moved[:, _slots("cube")] = shift > MOVED_CUBE
+        moved[:, _slots("button")] = -p.qpos[:, self.idx.button_qpos] > rewards.PRESS_DEPTH
+        return (moved & self._watched).any(-1)
 
     def _frame(self) -> rewards.TaskFrame:
         ee, _ = self._ee_pose()
@@ -356,6 +396,7 @@ class TabletopEnv(VecEnv):
                 r = success.astype(np.float64)
             reward[running, c] = r[running]
             succeeded[running] = success[running]
+            self._wrong_object |= running & self._moved_watched()
             terminated[running] = success[running] & self.cfg.terminate_on_success
             truncated[running] = (self._steps[running] >= self.cfg.max_episode_steps) & ~terminated[running]
             ended = np.flatnonzero(running & (terminated | truncated))
@@ -368,6 +409,8 @@ class TabletopEnv(VecEnv):
         final_obs = obs.clone()
         for ended, last in finals:
             final_obs[ended] = last
+        # before the resets below clear the finished episodes' flags
+        flags = {WRONG_OBJECT: torch.from_numpy(self._wrong_object.copy())} if self._distractors else {}
         finished = np.flatnonzero(done)
         if finished.size:
             self._reset_envs(finished, self._next_state_ids(finished))
@@ -381,6 +424,7 @@ class TabletopEnv(VecEnv):
             final_obs=final_obs,
             steps_executed=torch.from_numpy(executed),
             device=self.device,
+            episode_flags=flags,
         )
 
     # ---- experts and video -------------------------------------------------------------------------

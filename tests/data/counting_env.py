@@ -9,16 +9,18 @@ from tensordict import TensorDict
 from embodrl.sims.base import ActionSpec, StepResult, TensorSpec, VecEnv
 
 INSTRUCTIONS = ["reach the red target", "push the blue cube"]
+FLAG = "every_fourth"
 
 
 class CountingEnv(VecEnv):
-    """Episodes from state id s last 3 + s % 4 steps, fail when s % 5 == 4, use instruction s % 2.
+    """Episodes from state id s last 3 + s % 4 steps, fail when s % 5 == 4, use instruction s % 2; with
+    `flags`, the episode flag FLAG is set in episodes from s % 4 == 0.
 
     The expert's action encodes (state id, step) so labels can be checked; executed actions are logged.
     """
 
-    def __init__(self, num_envs: int = 3, image: bool = True):
-        self.num_envs, self.device, self.image = num_envs, torch.device("cpu"), image
+    def __init__(self, num_envs: int = 3, image: bool = True, flags: bool = False):
+        self.num_envs, self.device, self.image, self.flags = num_envs, torch.device("cpu"), image, flags
         self.state_id = np.zeros(num_envs, dtype=np.int64)
         self.t = np.zeros(num_envs, dtype=np.int64)
         self.executed: dict[int, list[np.ndarray]] = {}  # state id -> actions executed
@@ -41,6 +43,10 @@ class CountingEnv(VecEnv):
     @property
     def num_init_states(self) -> int:
         return 1000
+
+    @property
+    def episode_flag_names(self) -> tuple[str, ...]:
+        return (FLAG,) if self.flags else ()
 
     def _obs(self) -> TensorDict:
         obs = {
@@ -78,6 +84,7 @@ class CountingEnv(VecEnv):
         self.t += 1
         done = self.t >= 3 + self.state_id % 4
         success = done & (self.state_id % 5 != 4)
+        flags = {FLAG: torch.from_numpy(self.state_id % 4 == 0)} if self.flags else {}
         final = self._obs()
         for i in np.flatnonzero(done):  # auto-reset to some other state
             self.state_id[i], self.t[i] = 999, 0
@@ -91,6 +98,7 @@ class CountingEnv(VecEnv):
             success=torch.from_numpy(success),
             final_obs=final,
             steps_executed=torch.ones(n, dtype=torch.int64),
+            episode_flags=TensorDict(flags, batch_size=[n]),
             batch_size=[n],
         )
 

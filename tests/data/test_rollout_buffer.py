@@ -23,6 +23,7 @@ def _transition(t: int) -> TensorDict:
             "terminated": ids % 7 == 0,
             "truncated": ids % 11 == 0,
             "success": ids % 7 == 0,
+            "episode_flags": TensorDict({"flag": ids % 5 == 0}, batch_size=[N]),
             "bootstrap_value": torch.randn(N),
         },
         batch_size=[N],

@@ -1,3 +1,4 @@
+import itertools
 import os
 import signal
 import time
@@ -107,5 +108,32 @@ def test_a_soft_failing_env_answers_placeholders_until_the_failure_is_taken(monk
         assert env.take_failure() is None
         env.reset_to(torch.arange(4))  # the retry: stage 1 was rebuilt and steps again
         assert bool(env.step(torch.zeros(4, 1, 1)).steps_executed.all())
+    finally:
+        env.close()
+
+
+def test_a_soft_failing_stage_answers_the_episode_flags_the_env_names(monkeypatch):
+    """The placeholder of a failed stage holds the env's episode flags (unset), so it joins the other
+    stages' results."""
+    from embodrl.config import compose
+    from embodrl.sims.tabletop.env import WRONG_OBJECT, TabletopEnv
+
+    steps, step = itertools.count(1), TabletopEnv.step
+
+    def failing_step(self, actions):
+        if next(steps) == 2:  # stage 1's first step
+            raise RuntimeError("simulated physics blow-up")
+        return step(self, actions)
+
+    monkeypatch.setattr(TabletopEnv, "step", failing_step)
+    cfg = compose(None, ["env.suite=tabletop-lang", "env.num_envs=4", "engine.num_stages=2"])
+    env = StagedEnv(cfg.env, cfg.engine)
+    try:
+        env.reset_to(torch.arange(4))
+        env.fail_soft = True
+        res = env.step(torch.zeros(4, 1, 7))
+        assert env.episode_flag_names == (WRONG_OBJECT,) and list(res.episode_flags.keys()) == [WRONG_OBJECT]
+        assert not res.episode_flags[WRONG_OBJECT].any() and not res.steps_executed[2:].any()
+        assert env.take_failure().stage == 1
     finally:
         env.close()

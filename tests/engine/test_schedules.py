@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 
@@ -128,3 +129,24 @@ def test_an_env_reports_its_render_time_inside_env_step(transport):
     finally:
         env.close()
     assert 0 < timings["render"] < timings["env_step"], timings
+
+
+def test_an_envs_episode_flags_reach_the_buffer_and_the_rollouts_outcomes(monkeypatch):
+    from embodrl.config import compose
+    from embodrl.sims.tabletop.env import WRONG_OBJECT, TabletopEnv
+
+    # env 0 moves a wrong object at every step, env 1 never
+    monkeypatch.setattr(TabletopEnv, "_moved_watched", lambda self: np.arange(self.num_envs) == 0)
+    # pick cannot succeed within 2 steps: every env plays three whole 2-step episodes in 6 decisions
+    overrides = ["env.suite=tabletop-lang", "env.task=pick", "env.num_envs=2", "env.max_episode_steps=2"]
+    cfg = compose(None, [*overrides, "policy.family=gaussian", "policy.chunk_size=1"])
+    env = StagedEnv(cfg.env, cfg.engine)
+    try:
+        policy = make_policy(cfg, env)
+        schedule = make_schedule(cfg.engine, env, policy, RolloutBuffer(6, 2), "cpu")
+        schedule.push_weights(policy, 0)
+        rollout = schedule.collect(lambda: torch.arange(2))
+    finally:
+        env.close()
+    assert rollout.buffer.data["episode_flags", WRONG_OBJECT].tolist() == [[True, False]] * 6
+    assert rollout.episodes["episodes"] == 6 and rollout.episodes[WRONG_OBJECT] == 0.5

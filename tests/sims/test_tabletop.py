@@ -7,7 +7,9 @@ from embodrl.sims.base import VecEnv
 from embodrl.sims.config import EnvConfig
 from embodrl.sims.registry import make_env
 from embodrl.sims.tabletop import describe, physics
-from embodrl.sims.tabletop.tasks import TASK_NAMES
+from embodrl.sims.tabletop.env import MOVED_CUBE, WRONG_OBJECT
+from embodrl.sims.tabletop.layout import sample_layout
+from embodrl.sims.tabletop.tasks import COLOR_NAMES, TASK_NAMES, instruction_entries
 
 
 def _env(**kw):
@@ -228,3 +230,76 @@ def test_ee_delta_pos_mode_keeps_the_hand_down_and_the_expert_grasps_yawed_cubes
         if not res.done.any():  # the hand's orientation (state[3:9]) is held while the episode runs
             assert torch.allclose(res.obs["state"][:, 3:9], start_rot, atol=0.05)
     assert successes.all()
+
+
+def _layout_with(task: str, kind: str) -> tuple[int, int, int, int, int]:
+    """A tabletop-lang `task` state id with a distractor and a parked object of `kind`: (state id, main
+    colour, goal colour, distractor colour, parked colour)."""
+    table = instruction_entries((task,))
+    for state_id in range(100):
+        layout = sample_layout(state_id, table, distractors=True)
+        entry = table[layout.instruction]
+        placed = layout.objects[kind]
+        distractors = [c for c in placed if c not in (entry.main, entry.goal)]
+        parked = [c for c in range(len(COLOR_NAMES)) if c not in placed]
+        if distractors and parked:
+            return state_id, entry.main, entry.goal, distractors[0], parked[0]
+    raise AssertionError(f"no {task} layout with a distractor and a parked {kind}")
+
+
+def _wrong_object_at_episode_end(env) -> np.ndarray:
+    """Hold still until every env's first episode ends; the flag of each where it ended."""
+    flags, finished = np.zeros(env.num_envs, bool), np.zeros(env.num_envs, bool)
+    while not finished.all():
+        res = env.step(torch.zeros(env.num_envs, 1, 7))
+        ended = res.done.numpy() & ~finished
+        flags[ended] = res.episode_flags[WRONG_OBJECT].numpy()[ended]
+        finished |= ended
+    return flags
+
+
+def test_wrong_object_flags_an_episode_in_which_an_unnamed_placed_cube_moved_at_any_step():
+    state_id, main, goal, distractor, parked = _layout_with("stack", "cube")  # stack: the goal is a cube
+    env = _env(suite="tabletop-lang", task="stack", num_envs=6, max_episode_steps=4)
+    assert env.episode_flag_names == (WRONG_OBJECT,) and _env().episode_flag_names == ()  # basic: none
+    env.reset_to(torch.full((6,), state_id))
+    xyz = env.idx.cube_qpos[distractor] + np.arange(3)
+    start = env.physics.qpos[1, xyz].copy()
+    # env 0 untouched; the others have a cube lifted, which falls back to its start within two steps
+    lifted = [(distractor, 0.05), (distractor, 0.01), (main, 0.05), (goal, 0.05), (parked, 0.05)]
+    for i, (color, height) in enumerate(lifted, 1):
+        env.physics.qpos[i, env.idx.cube_qpos[color] + 2] += height
+    expected = [False, True, False, False, False, False]  # parked cubes are out of reach: never counted
+    assert env.step(torch.zeros(6, 1, 7)).episode_flags[WRONG_OBJECT].tolist() == expected
+    assert env.step(torch.zeros(6, 1, 7)).episode_flags[WRONG_OBJECT].tolist() == expected
+    assert (
+        np.linalg.norm(env.physics.qpos[1, xyz] - start) < MOVED_CUBE
+    )  # back, yet the episode stays flagged
+    assert _wrong_object_at_episode_end(env).tolist() == expected
+    assert not env.step(torch.zeros(6, 1, 7)).episode_flags[WRONG_OBJECT].any()  # the next episodes
+
+
+def test_wrong_object_flags_a_pressed_unnamed_button_but_not_the_named_one():
+    state_id, main, _, distractor, parked = _layout_with("press", "button")
+    env = _env(suite="tabletop-lang", task="press", num_envs=4, max_episode_steps=3)
+    env.reset_to(torch.full((4,), state_id))
+    for i, color in enumerate([distractor, parked, main], 1):  # env 0 untouched
+        env.physics.qpos[i, env.idx.button_qpos[color]] = -0.015  # pushed all the way in
+    assert _wrong_object_at_episode_end(env).tolist() == [False, True, False, False]
+
+
+def test_the_expert_on_the_named_cube_is_not_flagged_and_on_a_distractor_it_is():
+    state_id, _, _, distractor, _ = _layout_with("pick", "cube")
+    env = _env(suite="tabletop-lang", task="pick", num_envs=2, max_episode_steps=60)
+    env.reset_to(torch.full((2,), state_id))
+    env._main_slot[1] = distractor  # env 1's expert picks up the distractor (cube slots are colours)
+    flags, success, finished = np.zeros(2, bool), np.zeros(2, bool), np.zeros(2, bool)
+    while not finished.all():
+        res = env.step(env.expert_actions())
+        ended = res.done.numpy() & ~finished
+        flags[ended], success[ended] = (
+            res.episode_flags[WRONG_OBJECT].numpy()[ended],
+            res.success.numpy()[ended],
+        )
+        finished |= ended
+    assert success.all() and flags.tolist() == [False, True]

@@ -37,7 +37,8 @@ def _random_actions(env: VecEnv, chunk: int, generator: torch.Generator) -> torc
 
 
 def check_vecenv_contract(make_env: Callable[[], VecEnv], chunk: int = 2, steps: int = 30) -> None:
-    """Shapes, dtypes, reset/reset_to determinism, auto-reset with final_obs, bad-input errors."""
+    """Shapes, dtypes (episode flags: those the env names), reset/reset_to determinism, auto-reset with
+    final_obs, bad-input errors."""
     env = make_env()
     try:
         gen = torch.Generator().manual_seed(0)
@@ -64,7 +65,8 @@ def check_vecenv_contract(make_env: Callable[[], VecEnv], chunk: int = 2, steps:
             _check_obs(env, res.obs)
             _check_obs(env, res.final_obs)
             assert res.reward.shape == (env.num_envs, chunk) and res.reward.dtype == torch.float32
-            for flag in (res.terminated, res.truncated, res.success):
+            assert set(res.episode_flags.keys()) == set(env.episode_flag_names)
+            for flag in (res.terminated, res.truncated, res.success, *res.episode_flags.values()):
                 assert flag.shape == (env.num_envs,) and flag.dtype == torch.bool
             assert ((res.steps_executed >= 1) & (res.steps_executed <= chunk)).all()
             # Rewards after the episode's end inside a chunk are zero.

@@ -1,4 +1,5 @@
-"""evaluate_policy: a seeded evaluation repeats itself and leaves the caller's random stream alone."""
+"""evaluate_policy: a seeded evaluation repeats itself and leaves the caller's random stream alone; the
+env's episode flags are averaged next to success."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from embodrl.train.evaluation import evaluate_policy
-from tests.data.counting_env import CountingEnv
+from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
+from tests.data.counting_env import FLAG, INSTRUCTIONS, CountingEnv
 
 
 class NoisyPolicy(nn.Module):
@@ -40,3 +41,15 @@ def test_a_seeded_evaluation_repeats_its_draws_and_restores_the_callers_rng():
     torch.manual_seed(456)  # whatever the caller's stream is, the evaluation is the same
     assert torch.equal(play(policy, seed=0), first)
     assert not torch.equal(play(policy, seed=1), first)
+
+
+def test_episode_flags_are_averaged_overall_and_per_instruction():
+    # episodes from states 0..5 on 2 envs; the flag is set from states 0 and 4, both of instruction 0
+    results = evaluate_policy(NoisyPolicy(), CountingEnv(num_envs=2, image=False, flags=True), episodes=6)
+    assert results.flags == {FLAG: [True, False, False, False, True, False]}
+    summary = summarize(results)
+    assert summary["flags"][FLAG]["rate"] == eval_metrics(results)[f"eval/{FLAG}"] == 2 / 6
+    assert summary["flags"][FLAG]["per_instruction"] == {INSTRUCTIONS[0]: 2 / 3, INSTRUCTIONS[1]: 0.0}
+    plain = evaluate_policy(NoisyPolicy(), CountingEnv(num_envs=2, image=False), episodes=6)
+    assert plain.flags == {} and summarize(plain)["flags"] == {}
+    assert set(eval_metrics(plain)) == {"eval/success", "eval/length", "eval/return"}

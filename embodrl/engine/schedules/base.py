@@ -29,7 +29,8 @@ class CollectedRollout:
 
     buffer: RolloutBuffer
     timings: dict[str, float]  # seconds: rollout (wall), inference, env_step, env_wait, weight_sync
-    episodes: dict[str, float]  # outcomes of the episodes that finished: episodes, return, length, success
+    episodes: dict[str, float]  # outcomes of the episodes that finished: episodes, return, length, success,
+    # and the env's episode flags
 
 
 def transition(obs: TensorDict, out: ActOut, res: StepResult, bootstrap: torch.Tensor) -> TensorDict:
@@ -46,6 +47,7 @@ def transition(obs: TensorDict, out: ActOut, res: StepResult, bootstrap: torch.T
             "terminated": res.terminated,
             "truncated": res.truncated,
             "success": res.success,
+            "episode_flags": res.episode_flags,
             "bootstrap_value": bootstrap,
         },
         batch_size=obs.batch_size,
@@ -132,7 +134,9 @@ class SyncSchedule(Schedule):
         versions = torch.tensor(self.versions, device=data.device)  # [T]
         data.set("version", versions[:, None].expand(data.batch_size).clone())
         done = data["terminated"] | data["truncated"]
-        self.tracker.record_rollout(data["reward"], data["steps_executed"], done, data["success"])
+        self.tracker.record_rollout(
+            data["reward"], data["steps_executed"], done, data["success"], data["episode_flags"]
+        )
         timings = self.env.timer.pop()
         timings["rollout"] = time.perf_counter() - start  # wall time of the whole rollout, resets included
         return CollectedRollout(self.buffer, timings, self.tracker.pop())
