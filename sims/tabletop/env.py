@@ -396,7 +396,8 @@ class TabletopEnv(VecEnv):
                 r = success.astype(np.float64)
             reward[running, c] = r[running]
             succeeded[running] = success[running]
-            self._wrong_object |= running & self._moved_watched()
+            if self._distractors:  # without them only the named objects are placed: nothing to watch
+                self._wrong_object |= running & self._moved_watched()
             terminated[running] = success[running] & self.cfg.terminate_on_success
             truncated[running] = (self._steps[running] >= self.cfg.max_episode_steps) & ~terminated[running]
             ended = np.flatnonzero(running & (terminated | truncated))
