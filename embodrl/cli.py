@@ -149,8 +149,13 @@ def cmd_collect(args: argparse.Namespace) -> None:
     experiment, overrides = _experiment_and_overrides(args.config)
     cfg = compose(experiment, overrides)
     first_state = {} if args.first_state is None else {"first_state_id": args.first_state}  # else its default
+    tasks = tuple(t.strip() for t in args.tasks.split(",") if t.strip()) if args.tasks else ()
     collect_cfg = CollectConfig(
-        episodes_per_task=args.episodes_per_task, noise_std=args.noise, seed=cfg.seed, **first_state
+        episodes_per_task=args.episodes_per_task,
+        noise_std=args.noise,
+        seed=cfg.seed,
+        tasks=tasks,
+        **first_state,
     )
     stats = collect_demos(cfg.env, args.out, collect_cfg)
     print(stats.summary())
@@ -376,6 +381,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="initial state id of the first attempt (default 50000, far from the states 0.. that evaluations "
         "play); another value gives demos disjoint from an earlier collection's, e.g. a held-out set",
+    )
+    p.add_argument(
+        "--tasks",
+        help="comma-separated subset of the suite's tasks to collect (with env.task=null), e.g. "
+        "pretraining data without the target task: --tasks reach,push,place,stack,press",
     )
     p.set_defaults(func=cmd_collect)
 

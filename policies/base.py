@@ -24,7 +24,7 @@ from torch import nn
 from embodrl.errors import UserError
 from embodrl.policies.checkpoint import read_checkpoint, write_checkpoint
 from embodrl.policies.config import PolicyConfig
-from embodrl.policies.modules.mlp import ValueHead
+from embodrl.policies.modules.mlp import ValueHead, mlp
 from embodrl.policies.modules.obs_encoder import ObsEncoder, make_normalizers
 
 
@@ -195,6 +195,35 @@ class Policy(nn.Module, ABC):
         `value_encoder` first)."""
         in_dim = self.value_encoder.out_dim if self.value_encoder is not None else actor_feature_dim
         return ValueHead(in_dim, self.cfg.value_hidden_dims)
+
+    def _make_aux_head(self, actor_feature_dim: int) -> nn.Module | None:
+        """The head that regresses `policy.sft_aux_keys` from the actor's features in SFT, or None."""
+        keys = self.cfg.sft_aux_keys
+        if not keys:
+            return None
+        missing = [k for k in keys if k not in self.obs_shapes]
+        if missing:
+            raise UserError(
+                f"policy.sft_aux_keys lists {missing}, which the env does not observe "
+                f"({sorted(self.obs_shapes)}); drop them or pick an env that observes them"
+            )
+        out_dim = sum(self.obs_shapes[k][-1] for k in keys)
+        return mlp(actor_feature_dim, (256,), out_dim, activation="silu")
+
+    def _aux_loss(self, batch: TensorDict, features: torch.Tensor) -> torch.Tensor:
+        """`policy.sft_aux_weight` x the MSE between the auxiliary head on the actor's `features` [B, F]
+        and the batch's normalized `policy.sft_aux_keys`; 0 without a head or at weight 0."""
+        keys, weight = self.cfg.sft_aux_keys, self.cfg.sft_aux_weight
+        if self.aux_head is None or weight == 0:
+            return features.new_zeros(())
+        missing = [k for k in keys if k not in batch.keys()]
+        if missing:
+            raise UserError(
+                f"the SFT batch lacks {missing} that policy.sft_aux_keys regresses; present: "
+                f"{sorted(batch.keys())}"
+            )
+        target = torch.cat([self.normalizers[k](batch[k].float()) for k in keys], dim=-1)
+        return weight * (self.aux_head(features.float()) - target).pow(2).mean()
 
     def _value(self, obs: TensorDict, features: torch.Tensor | None) -> torch.Tensor:
         """V(s) [N] from the actor's `features`, or from the value encoder (then `features` may be None)."""

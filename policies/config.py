@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from embodrl.choices import check_choice, check_positive
 from embodrl.errors import ConfigError
-from embodrl.obs_keys import OBS_KEYS
+from embodrl.obs_keys import OBS_KEYS, VECTOR_KEYS
 from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
 from embodrl.policies.diffusion.configuration import DiffusionConfig
 from embodrl.policies.flow.configuration import FlowConfig
@@ -62,6 +62,12 @@ class PolicyConfig:
     image_feature_dim: int = 128
     image_shift: int = 4  # random-shift augmentation (pixels) of every camera in sft_loss (CNN, VLA); 0: off
     value_hidden_dims: tuple[int, ...] = (256, 256)
+    # Auxiliary SFT targets: vector observation keys (e.g. [privileged]: the instructed object's pose, the
+    # object - gripper offset, the goal) that a small head regresses from the actor's features during SFT,
+    # so the features learn what the simulator knows for free (pretraining on simulated data). Only SFT
+    # reads them: acting, serving and RL never need these keys.
+    sft_aux_keys: tuple[str, ...] = ()
+    sft_aux_weight: float = 1.0  # weight of the auxiliary MSE (normalized targets); 0: the head idles
     gaussian: GaussianConfig = field(default_factory=GaussianConfig)
     flow: FlowConfig = field(default_factory=FlowConfig)
     autoregressive: AutoregressiveConfig = field(default_factory=AutoregressiveConfig)
@@ -95,6 +101,9 @@ class PolicyConfig:
             check_choice("policy.obs_keys entry", key, OBS_KEYS)
         if "task_id" in self.read_keys:
             check_positive("policy.num_tasks (needed because task_id is observed)", self.num_tasks)
+        for key in self.sft_aux_keys:
+            check_choice("policy.sft_aux_keys entry", key, VECTOR_KEYS)
+        check_positive("policy.sft_aux_weight", self.sft_aux_weight, allow_zero=True)
         if self.vision.pretrained and self.vla.custom is not None:
             raise ConfigError(
                 f"policy.vision.tower={self.vision.tower} replaces a preset's vision towers; this policy's "
@@ -110,6 +119,11 @@ class PolicyConfig:
     def read_keys(self) -> tuple[str, ...]:
         """Every observation key the policy reads, actor's then critic's, each once: act() evaluates both."""
         return tuple(dict.fromkeys((*self.obs_keys, *self.value_obs_keys)))
+
+    @property
+    def normalized_keys(self) -> tuple[str, ...]:
+        """The keys the policy normalizes: those it reads, then its auxiliary SFT targets."""
+        return tuple(dict.fromkeys((*self.read_keys, *self.sft_aux_keys)))
 
     @property
     def vla_architecture(self) -> VLAArchitecture:
@@ -157,6 +171,7 @@ _NOT_FROM_CHECKPOINT = (
     "gradient_checkpointing",
     "cache_frozen_prefix",
     "logprob_type",  # how RL groups the log-probs for its ratio; no weight depends on it
+    "sft_aux_weight",  # a training setting: fine-tuning a pretrained base may drop its auxiliary loss
 )
 
 

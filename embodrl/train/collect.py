@@ -36,6 +36,9 @@ class CollectConfig:
     # Demos start from initial state ids here, so they never share a start with evaluation (ids from 0).
     first_state_id: int = 50_000
     max_attempts_per_episode: float = 3.0  # give up on a task after this many attempts per wanted episode
+    # A subset of the suite's named tasks (env.task unset), e.g. pretraining data that leaves the target
+    # task out; empty: every task.
+    tasks: tuple[str, ...] = ()
     video: VideoConfig = field(default_factory=VideoConfig)
 
     def __post_init__(self) -> None:
@@ -178,11 +181,20 @@ def collect_episodes(
     return counts["kept"], counts["failed"]
 
 
-def tasks_to_collect(env_cfg: EnvConfig) -> tuple[str | None, ...]:
-    """The tasks to collect separately: the configured one, the suite's named tasks, or the env as is."""
+def tasks_to_collect(env_cfg: EnvConfig, only: tuple[str, ...] = ()) -> tuple[str | None, ...]:
+    """The tasks to collect separately: the configured one, `only` (a subset of the suite's named tasks),
+    the suite's named tasks, or the env as is."""
+    tasks = suite_tasks(env_cfg.suite)
+    if only:
+        if env_cfg.task is not None:
+            raise UserError(f"--tasks picks tasks of the suite; drop env.task={env_cfg.task} to use it")
+        unknown = [t for t in only if tasks is None or t not in tasks]
+        if unknown:
+            valid = ", ".join(tasks) if tasks else "none (this suite has no named tasks)"
+            raise UserError(f"unknown task(s) {', '.join(unknown)} for suite {env_cfg.suite}; valid: {valid}")
+        return only
     if env_cfg.task is not None:
         return (env_cfg.task,)
-    tasks = suite_tasks(env_cfg.suite)
     return (None,) if tasks is None else tasks
 
 
@@ -194,7 +206,7 @@ def collect_demos(
     Episodes are saved as they finish: an interrupted run leaves every saved episode readable; a
     finished run concatenates them into LeRobot's usual files.
     """
-    tasks = tasks_to_collect(env_cfg)
+    tasks = tasks_to_collect(env_cfg, cfg.tasks)
     stats = CollectStats(root=Path(out_dir))
     begin = time.perf_counter()
     writer: LeRobotDatasetWriter | None = None

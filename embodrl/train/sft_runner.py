@@ -67,7 +67,8 @@ class SFTRunner(Runner):
         chunks = ActionChunkDataset(
             dataset,
             self.policy.cfg.chunk_size,
-            obs_keys=[k for k in self.policy.cfg.obs_keys if k != "task_id"],
+            # the actor's inputs and the auxiliary SFT targets
+            obs_keys=[k for k in self.policy.cfg.normalized_keys if k != "task_id"],
             action_dim=self.policy.cfg.action_dim,
             instruction_table=self.env.instruction_table,
         )

@@ -79,6 +79,7 @@ class AutoregressivePolicy(VLAPolicy):
             feature_dim = 2 * hidden
         self.value_encoder = self._make_value_encoder()
         self.critic = self._make_critic(feature_dim)
+        self.aux_head = self._make_aux_head(feature_dim)
         self.to(device)
 
     @property
@@ -240,9 +241,12 @@ class AutoregressivePolicy(VLAPolicy):
         or a Gaussian around it (`label_sigma`), ignoring padded steps."""
         target = self.normalizers["action"](check_action_batch(batch, self.chunk_shape))  # [B, C, A]
         index = self.action_tokenizer.to_index(target).flatten(1)  # [B, C*A]
-        logits, _, _ = self._logits(batch, index, augment=True)  # random image shift, as the other heads
+        logits, hidden, mask = self._logits(batch, index, augment=True)  # random image shift, as the others
         nll = F.cross_entropy(logits.flatten(0, 1), self._sft_target(index).flatten(0, 1), reduction="none")
-        return masked_mean(nll.view_as(target), batch.get("action_is_pad", None))
+        features = hidden if mask is None else pool(hidden, mask)
+        return masked_mean(nll.view_as(target), batch.get("action_is_pad", None)) + self._aux_loss(
+            batch, features
+        )
 
     def _sft_target(self, index: torch.Tensor) -> torch.Tensor:
         """Class indices [B, T], or class probabilities [B, T, 256] for a smoothed target."""

@@ -51,6 +51,7 @@ class DiffusionPolicy(VLAPolicy):
             feature_dim + chunk_numel + 2 * dcfg.num_time_frequencies, dcfg.hidden_dims, chunk_numel
         )
         self.critic = self._make_critic(feature_dim)
+        self.aux_head = self._make_aux_head(feature_dim)
         self.mdp = DenoisingMDP(dcfg)
         self.to(device)
 
@@ -113,5 +114,6 @@ class DiffusionPolicy(VLAPolicy):
     def sft_loss(self, batch: TensorDict) -> torch.Tensor:
         """Noise-prediction MSE on the normalized demo chunk, ignoring padded steps."""
         target = self.normalizers["action"](check_action_batch(batch, self.chunk_shape)).clamp(-1.0, 1.0)
-        terms = self.mdp.sft_loss_terms(target, self._eps_model(self.features(batch, augment=True)))
-        return masked_mean(terms, batch.get("action_is_pad", None))
+        features = self.features(batch, augment=True)
+        terms = self.mdp.sft_loss_terms(target, self._eps_model(features))
+        return masked_mean(terms, batch.get("action_is_pad", None)) + self._aux_loss(batch, features)

@@ -120,6 +120,7 @@ class FlowPolicy(VLAPolicy):
             else FlowSDEHead(fcfg)
         )
         self.critic = self._make_critic(feature_dim)
+        self.aux_head = self._make_aux_head(feature_dim)
         self.to(device)
 
     def _vla_state(self, obs: TensorDict) -> torch.Tensor | None:
@@ -255,4 +256,5 @@ class FlowPolicy(VLAPolicy):
         noise = torch.randn_like(action)
         x_t = t.view(-1, 1, 1) * noise + (1 - t.view(-1, 1, 1)) * action
         error = self._executed(velocity(x_t, t) - (noise - action)).pow(2)
-        return masked_mean(error, None if is_pad is None else is_pad.repeat_interleave(repeats, dim=0))
+        pad = None if is_pad is None else is_pad.repeat_interleave(repeats, dim=0)
+        return masked_mean(error, pad) + self._aux_loss(batch, features)

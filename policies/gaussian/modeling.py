@@ -64,6 +64,7 @@ class GaussianPolicy(Policy):
         if gcfg.init == "orthogonal":
             orthogonal_init(self.actor, output_gain=0.01)
             orthogonal_init(self.critic.net, output_gain=1.0)
+        self.aux_head = self._make_aux_head(self.encoder.out_dim)
         self.to(device)
 
     def _mean_std(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,5 +116,8 @@ class GaussianPolicy(Policy):
     def sft_loss(self, batch: TensorDict) -> torch.Tensor:
         """MSE between the Gaussian mean and the normalized demo chunk, ignoring padded steps."""
         target = self.normalizers["action"](check_action_batch(batch, self.chunk_shape))  # [B, C, A]
-        mean = self.actor(self.encoder(batch, augment=True)).view_as(target)
-        return masked_mean((mean - target).pow(2), batch.get("action_is_pad", None))
+        features = self.encoder(batch, augment=True)
+        mean = self.actor(features).view_as(target)
+        return masked_mean((mean - target).pow(2), batch.get("action_is_pad", None)) + self._aux_loss(
+            batch, features
+        )

@@ -21,7 +21,7 @@ def make_normalizers(cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]]) 
     norms = {
         key: Normalizer(key, obs_shapes[key][-1], cfg.state_normalization, cfg.state_std_min, cfg.obs_clip)
         for key in VECTOR_KEYS
-        if key in cfg.read_keys and key in obs_shapes
+        if key in cfg.normalized_keys and key in obs_shapes
     }
     norms["action"] = Normalizer("action", cfg.action_dim, cfg.action_normalization)
     return nn.ModuleDict(norms)

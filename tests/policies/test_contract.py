@@ -1,11 +1,13 @@
 """The Policy contract for the Gaussian, flow and token-MLP families: shapes, ratio == 1, save -> load, bad
 input."""
 
+import dataclasses
+
 import pytest
 import torch
 from tensordict import TensorDict
 
-from embodrl.errors import UserError
+from embodrl.errors import ConfigError, UserError
 from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.diffusion.configuration import DiffusionConfig
@@ -278,3 +280,84 @@ def test_env_without_the_observed_key_and_out_of_range_task_ids_are_reported():
     obs["task_id"] = torch.full((N,), 3)
     with pytest.raises(UserError, match="num_tasks"):
         policy.act(obs)
+
+
+@pytest.mark.parametrize("variant", list(AUGMENTED))
+def test_sft_aux_keys_train_a_head_on_the_actor_features_that_acting_never_needs(variant, tmp_path):
+    """policy.sft_aux_keys (pretraining on what the simulator knows): SFT also regresses the normalized
+    `privileged` vector from the actor's features, through those features; acting, saving and loading
+    work without it, and sft_aux_weight=0 leaves the behaviour-cloning loss alone."""
+    cfg = PolicyConfig(
+        chunk_size=C,
+        action_dim=A,
+        obs_keys=("rgb", "state"),
+        sft_aux_keys=("privileged",),
+        **AUGMENTED[variant],
+    )
+    torch.manual_seed(0)
+    policy = make_policy(cfg, SHAPES)
+    policy.set_normalization(
+        {
+            "state": compute_stats(torch.randn(100, S)),
+            "privileged": compute_stats(torch.randn(100, 7)),
+            "action": compute_stats(torch.rand(100, A) * 0.5),
+        }
+    )
+    batch = make_obs()
+    batch["action"] = torch.rand(N, C, A) * 0.5
+    torch.manual_seed(1)
+    with_aux = policy.sft_loss(batch)
+    with_aux.backward()
+    assert policy.aux_head[-1].weight.grad.abs().sum() > 0
+    actor_grads = [p.grad for n, p in policy.named_parameters() if not n.startswith(("aux_head.", "critic."))]
+    assert any(g is not None and g.abs().sum() > 0 for g in actor_grads)
+    policy.cfg = dataclasses.replace(policy.cfg, sft_aux_weight=0.0)
+    torch.manual_seed(1)
+    without = policy.sft_loss(batch)
+    assert with_aux > without  # the same draws: the difference is the auxiliary MSE
+    policy.cfg = dataclasses.replace(policy.cfg, sft_aux_weight=1.0)
+    with pytest.raises(UserError, match="privileged"):
+        policy.sft_loss(batch.exclude("privileged"))
+    policy.act(make_obs().exclude("privileged"))  # acting never reads the auxiliary targets
+    policy.save_pretrained(tmp_path)
+    loaded = load_policy(tmp_path)
+    assert torch.equal(loaded.aux_head[-1].weight, policy.aux_head[-1].weight)
+
+
+def test_sft_aux_keys_must_be_vector_observations_the_env_has():
+    with pytest.raises(ConfigError, match="sft_aux_keys"):
+        PolicyConfig(sft_aux_keys=("rgb",))
+    cfg = PolicyConfig(family="flow", chunk_size=C, action_dim=A, sft_aux_keys=("privileged",))
+    with pytest.raises(UserError, match=r"sft_aux_keys lists \['privileged'\]"):
+        make_policy(cfg, {"state": (S,)})
+
+
+def test_sft_aux_loss_learns_the_targets_from_the_features():
+    """The head and the features it trains learn a target that the observation determines."""
+    torch.manual_seed(0)
+    cfg = PolicyConfig(family="flow", chunk_size=C, action_dim=A, sft_aux_keys=("privileged",))
+    policy = make_policy(cfg, SHAPES)
+    mix = torch.randn(S, 7)
+    batch = make_obs(256)
+    batch["privileged"] = torch.tanh(batch["state"] @ mix)
+    batch["action"] = torch.rand(256, C, A) * 0.5
+    policy.set_normalization(
+        {
+            "state": compute_stats(batch["state"]),
+            "privileged": compute_stats(batch["privileged"]),
+            "action": compute_stats(batch["action"].flatten(0, 1)),
+        }
+    )
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
+
+    def aux_error() -> float:
+        features = policy.condition(batch)[0]
+        return policy._aux_loss(batch, features).item()
+
+    before = aux_error()
+    for _ in range(150):
+        loss = policy.sft_loss(batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert aux_error() < 0.3 * before

@@ -8,7 +8,13 @@ import pytest
 from embodrl.data.lerobot_dataset import LeRobotDataset, LeRobotDatasetWriter
 from embodrl.errors import UserError
 from embodrl.sims.config import EnvConfig
-from embodrl.train.collect import CollectConfig, collect_demos, collect_episodes, dataset_features
+from embodrl.train.collect import (
+    CollectConfig,
+    collect_demos,
+    collect_episodes,
+    dataset_features,
+    tasks_to_collect,
+)
 from tests.data.counting_env import INSTRUCTIONS, CountingEnv
 
 
@@ -89,3 +95,15 @@ def test_collects_every_tabletop_task_into_one_dataset(tmp_path):
     assert {"observation.state", "observation.environment_state"} <= set(ds.features)
     assert len(ds.tasks) >= 6
     assert sorted(set(ds.episodes["env_task"])) == sorted(stats.per_task)  # the env each id indexes
+
+
+def test_tasks_picks_a_subset_of_the_suite_and_names_bad_choices():
+    """`collect --tasks`: pretraining data that leaves the target task out."""
+    suite = EnvConfig(suite="tabletop-basic")
+    assert tasks_to_collect(suite, ("push", "stack")) == ("push", "stack")
+    assert "pick" in tasks_to_collect(suite)
+    assert tasks_to_collect(EnvConfig(suite="tabletop-basic", task="pick")) == ("pick",)
+    with pytest.raises(UserError, match=r"unknown task\(s\) lift for suite tabletop-basic; valid: reach"):
+        tasks_to_collect(suite, ("push", "lift"))
+    with pytest.raises(UserError, match="drop env.task=pick"):
+        tasks_to_collect(EnvConfig(suite="tabletop-basic", task="pick"), ("push",))
