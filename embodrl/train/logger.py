@@ -85,6 +85,7 @@ class MetricsLogger:
     ) -> None:
         self.run_dir = run_dir
         self.path = run_dir / "metrics.jsonl"
+        drop_lines_after(self.path, start)  # a resumed run logs them again
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -117,6 +118,25 @@ class MetricsLogger:
             self.writer.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def drop_lines_after(path: Path, start: int) -> None:
+    """Keep the lines of metrics file `path` up to iteration `start` (a resume point; rewritten atomically):
+    those after it came from iterations the checkpoint does not hold."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = []
+    for line in lines:
+        try:
+            if json.loads(line)["iteration"] <= start:
+                kept.append(line if line.endswith("\n") else line + "\n")
+        except (ValueError, KeyError, TypeError):  # a line cut short by a kill
+            continue
+    if kept != lines:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(kept))
+        tmp.replace(path)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

@@ -31,7 +31,7 @@ from embodrl.train.evaluation import eval_metrics, evaluate_policy
 from embodrl.train.logger import plot_learning_curve
 from embodrl.train.memory import estimate_policy_memory
 from embodrl.train.policy_setup import build_policy
-from embodrl.train.runner import Runner
+from embodrl.train.runner import Runner, warn_unsaved
 from embodrl.train.stopping import StopAtIterationEnd
 
 
@@ -127,9 +127,11 @@ class OnPolicyRunner(Runner):
         """Train to train.iterations; returns the final evaluation (rank 0's, on every rank)."""
         cfg = self.cfg
         logger = self.open_logger("rl", cfg.train.iterations, self.iteration) if is_main() else None
+        consistent = True  # False inside an iteration: a checkpoint then would hold half of it
         with StopAtIterationEnd("iteration") as stop:
             try:
                 while self.iteration < cfg.train.iterations:
+                    consistent = False
                     metrics = self._iterate()
                     self.iteration += 1
                     evaluating = bool(cfg.train.eval_every) and self.iteration % cfg.train.eval_every == 0
@@ -144,6 +146,7 @@ class OnPolicyRunner(Runner):
                         logger.log(self.iteration, metrics)
                         if saving:
                             self.save()
+                    consistent = True
                     if stop.requested():  # Ctrl-C or SIGTERM during the iteration: stop before the next one
                         self._gather_full_state()  # fsdp: for the checkpoint that `finally` writes
                         raise stop.interruption()
@@ -156,7 +159,10 @@ class OnPolicyRunner(Runner):
                 self.schedule.close()
                 if logger is not None:
                     logger.close()
-                    self.save()
+                    if consistent:
+                        self.save()
+                    else:  # a second signal or a crash inside an iteration: the last checkpoint stays
+                        warn_unsaved(self.run_dir, "iteration", self.iteration + 1)
                     plot_learning_curve(self.run_dir)
         return from_main(self._final_evaluation)
 

@@ -7,6 +7,7 @@ weights and pauses), SFT steps log every few steps; what they do alike lives her
 from __future__ import annotations
 
 import json
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,19 @@ from embodrl.train.episodes import EpisodeResults
 from embodrl.train.logger import MetricsLogger, wandb_target
 
 FINAL_EVAL_FILE = "final_eval.json"  # written when a run finishes
+
+log = logging.getLogger(__name__)
+
+
+def warn_unsaved(run_dir: Path, what: str, number: int) -> None:
+    """Say that a run stopped inside `what` `number` (a second Ctrl-C, a crash), which is not saved: its
+    state is half updated, so checkpoints/last keeps the last finished one for --resume."""
+    log.warning(
+        "stopped inside %s %d, which is not saved; --resume %s continues from the last checkpoint",
+        what,
+        number,
+        run_dir,
+    )
 
 
 class Runner(ABC):

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Subset
 from embodrl.config import ExperimentConfig
 from embodrl.data.chunk_dataset import ActionChunkDataset, collate_chunks
 from embodrl.data.lerobot_dataset import LeRobotDataset
+from embodrl.data.shuffled_batches import ShuffledBatches
 from embodrl.errors import UserError
 from embodrl.parallel.distributed import launched_by_torchrun
 from embodrl.sims.registry import make_env
@@ -23,7 +24,7 @@ from embodrl.train.episodes import EpisodeResults
 from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
 from embodrl.train.memory import estimate_policy_memory
 from embodrl.train.policy_setup import build_policy
-from embodrl.train.runner import Runner
+from embodrl.train.runner import Runner, warn_unsaved
 from embodrl.train.stopping import StopAtIterationEnd
 
 
@@ -76,16 +77,7 @@ class SFTRunner(Runner):
         self.num_samples = len(frames)
         if not resume and not cfg.policy.init_from:
             self.policy.set_normalization(chunks.normalization_stats())
-        self.generator = torch.Generator().manual_seed(cfg.seed)
-        self.loader = DataLoader(
-            Subset(chunks, frames.tolist()),
-            batch_size=sft.batch_size,
-            shuffle=True,
-            drop_last=len(frames) >= sft.batch_size,
-            collate_fn=collate_chunks,
-            num_workers=sft.num_workers,
-            generator=self.generator,
-        )
+        self.samples = Subset(chunks, frames.tolist())
         print(estimate_policy_memory(self.policy, sft.batch_size, sft.precision).report(), flush=True)
         trainable = [p for p in self.policy.parameters() if p.requires_grad]  # LoRA / frozen groups
         self.optimizer = torch.optim.AdamW(trainable, lr=sft.lr, weight_decay=sft.weight_decay)
@@ -93,14 +85,26 @@ class SFTRunner(Runner):
             self.optimizer, warmup_cosine(sft.warmup_steps, sft.steps)
         )
         self.step = 0
+        self.pending_losses: list[float] = []  # since the last logged loss: a resume averages the same steps
         self.best = BestCheckpoint(run_dir) if sft.keep_best else None
         if resume:
             self._restore()
 
-    def batches(self):
-        """Training batches, endlessly (the loader reshuffles every epoch)."""
-        while True:
-            yield from self.loader
+    def batches(self) -> DataLoader:
+        """Training batches from the current step on, endlessly; each epoch in a seeded order of its own, so
+        a resumed run draws the batches the uninterrupted one does."""
+        sampler = ShuffledBatches(
+            len(self.samples), self.cfg.sft.batch_size, self.cfg.seed, drop_last=True, first_step=self.step
+        )
+        # The generator only seeds worker processes (the batches come from the sampler): fixed, so starting
+        # the loader at a resume draws nothing from torch's global RNG, which the checkpoint restores.
+        return DataLoader(
+            self.samples,
+            batch_sampler=sampler,
+            collate_fn=collate_chunks,
+            num_workers=self.cfg.sft.num_workers,
+            generator=torch.Generator().manual_seed(self.cfg.seed),
+        )
 
     def train_step(self, batch: TensorDict) -> float:
         """One optimizer step on `batch` (clipped gradients, scheduler advanced); returns the loss."""
@@ -123,23 +127,27 @@ class SFTRunner(Runner):
         logger = self.open_logger("sft", sft.steps, self.step)
         self.policy.train()
         log_every = max(1, min(50, sft.steps // 20))
-        losses, started, seen = [], time.perf_counter(), 0
+        started, seen = time.perf_counter(), 0
+        consistent = True  # False inside a step: a checkpoint then would hold half of it
         with StopAtIterationEnd("step") as stop:
             try:
                 for batch in self.batches():
                     if self.step >= sft.steps:
                         break
-                    losses.append(self.train_step(batch))
+                    consistent = False
+                    loss = self.train_step(batch)
+                    self.pending_losses.append(loss)
+                    consistent = True
                     seen += batch.batch_size[0]
                     metrics = {}
                     if self.step % log_every == 0 or self.step == sft.steps:
                         elapsed = time.perf_counter() - started
                         metrics = {
-                            "sft/loss": sum(losses) / len(losses),
+                            "sft/loss": sum(self.pending_losses) / len(self.pending_losses),
                             "sft/lr": self.scheduler.get_last_lr()[0],
                             "sft/samples_per_s": seen / max(elapsed, 1e-9),
                         }
-                        losses, started, seen = [], time.perf_counter(), 0
+                        self.pending_losses, started, seen = [], time.perf_counter(), 0
                     if sft.eval_every and self.step % sft.eval_every == 0:
                         metrics.update(eval_metrics(self.play_from(self.policy)))
                         if self.best is not None:
@@ -152,9 +160,12 @@ class SFTRunner(Runner):
                         self.save()
                     if stop.requested():  # Ctrl-C or SIGTERM: after this step, saved by `finally`
                         raise stop.interruption()
-            finally:  # nothing lost on a crash, Ctrl-C or SIGTERM
+            finally:  # nothing lost on a crash, Ctrl-C or SIGTERM; never half a step over the last checkpoint
                 logger.close()
-                self.save()
+                if consistent:
+                    self.save()
+                else:
+                    warn_unsaved(self.run_dir, "step", self.step + 1)
         results = evaluate_policy(
             self.policy,
             self.env,
@@ -179,11 +190,13 @@ class SFTRunner(Runner):
             "step": self.step,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "pending_losses": self.pending_losses,
         }
-        return self.save_last(self.policy, state, {"loader": self.generator})
+        return self.save_last(self.policy, state, {})
 
     def _restore(self) -> None:
-        state = self.restore_last(self.policy, {"loader": self.generator})
+        state = self.restore_last(self.policy, {})
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
+        self.pending_losses = list(state.get("pending_losses", []))

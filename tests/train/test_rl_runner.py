@@ -142,6 +142,34 @@ def test_a_signal_during_an_update_stops_after_that_iteration_and_resumes_exactl
         assert got[key] == expected[key], key
 
 
+def test_a_crash_inside_an_update_keeps_the_last_checkpoint_and_resumes_exactly(tmp_path):
+    """A crash (or a second signal) after some optimizer steps of iteration 3 once saved that half-updated
+    state as iteration 2, and the resumed run diverged; metrics.jsonl kept no line twice either way."""
+    straight = _runner(tmp_path / "a", "train.iterations=3", "train.save_every=1")
+    straight.learn()
+    expected = read_metrics(straight.run_dir)
+
+    interrupted = _runner(tmp_path / "b", "train.iterations=3", "train.save_every=1")
+    optimizer_step = interrupted.algo.optimizer.step
+
+    def crash_after_a_step_of_the_third_update(*args, **kwargs):
+        out = optimizer_step(*args, **kwargs)
+        if interrupted.iteration == 2:
+            raise RuntimeError("crash")
+        return out
+
+    interrupted.algo.optimizer.step = crash_after_a_step_of_the_third_update
+    with pytest.raises(RuntimeError, match="crash"):
+        interrupted.learn()
+    resumed = _runner(tmp_path / "b", resume_dir=interrupted.run_dir)
+    assert resumed.iteration == 2
+    resumed.learn()
+    got = read_metrics(interrupted.run_dir)
+    assert [r["iteration"] for r in got] == [1, 2, 3]
+    for key in ("train/policy_loss", "train/value_loss", "rollout/return", "train/approx_kl"):
+        assert got[-1][key] == expected[-1][key], key
+
+
 def test_cleanrl_details_keep_the_first_ratio_one_and_save_the_running_stats(tmp_path):
     runner = _runner(tmp_path, "train.iterations=3", "train.eval_every=0", "algo.actor_lr=3e-4", *CLEANRL)
     runner.learn()
