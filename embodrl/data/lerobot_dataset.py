@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from collections import OrderedDict
 from pathlib import Path
 
@@ -13,11 +14,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from embodrl.data import lerobot_format as fmt
-from embodrl.data.lerobot_writer import LeRobotDatasetWriter
+from embodrl.data.lerobot_writer import LeRobotDatasetWriter, complete_finalize
 from embodrl.data.video import decode_frames
 from embodrl.errors import UserError
 
 __all__ = ["LeRobotDataset", "LeRobotDatasetWriter"]
+
+log = logging.getLogger(__name__)
 
 
 class LeRobotDataset:
@@ -29,6 +32,11 @@ class LeRobotDataset:
 
     def __init__(self, root: str | Path, video_cache_episodes: int = 32, tolerance_s: float = 1e-4):
         self.root = Path(root)
+        if not self.root.is_dir():
+            raise UserError(f"dataset folder {self.root} does not exist")
+        # A finalize that a kill interrupted is a committed journal: carry it through (or drop it) first.
+        if complete_finalize(self.root):
+            log.warning("%s: finished the consolidation that an interrupted collection left", self.root)
         info_path = self.root / fmt.INFO_PATH
         if not info_path.is_file():
             raise UserError(f"{self.root} is not a LeRobot dataset: {fmt.INFO_PATH} is missing")

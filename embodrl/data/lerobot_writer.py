@@ -24,6 +24,38 @@ from embodrl.errors import UserError
 EPISODE_COLUMNS = ("episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index")
 
 
+# finalize() builds the consolidated files here, marks them complete, then swaps them in
+FINALIZE_DIR = ".finalize"
+FINALIZE_READY = "READY"
+SWAPPED = ("data", "videos", "meta/episodes")  # what finalize replaces: the files and the table naming them
+
+
+def complete_finalize(root: Path) -> bool:
+    """Finish, or undo, a finalize() of the dataset at `root` that a kill interrupted; True if one was found.
+
+    With the READY mark every consolidated folder is complete, so the swap is carried through (a folder
+    already swapped is skipped, so a kill during this call is recovered by the next); without it the
+    per-episode files are still in place and the half-built staging folder is removed.
+    """
+    staging = root / FINALIZE_DIR
+    if not staging.exists():
+        return False
+    if (staging / FINALIZE_READY).is_file():
+        for name in SWAPPED:
+            new, current = staging / name, root / name
+            old = root / f".old-{name.replace('/', '-')}"
+            if not new.exists():
+                continue  # swapped before the kill, or a dataset without videos
+            if current.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(current, old)
+            os.replace(new, current)
+        for name in SWAPPED:
+            shutil.rmtree(root / f".old-{name.replace('/', '-')}", ignore_errors=True)
+    shutil.rmtree(staging)
+    return True
+
+
 class LeRobotDatasetWriter:
     """Builds a LeRobotDataset v3.0 folder at `root` from frames or whole episodes.
 
@@ -241,20 +273,17 @@ class LeRobotDatasetWriter:
         self._finalized = True
         if self.num_episodes == 0:
             return
-        staging = self.root / ".finalize"
+        staging = self.root / FINALIZE_DIR
         shutil.rmtree(staging, ignore_errors=True)
         episodes = pa.concat_tables(self._episode_rows, promote_options="default").to_pylist()
         self._consolidate_data(episodes, staging)
         for key in self.video_keys:
             self._consolidate_video(key, episodes, staging)
-        for name in ["data", "videos"] if self.video_keys else ["data"]:
-            old = self.root / f".old-{name}"
-            os.replace(self.root / name, old)
-            os.replace(staging / name, self.root / name)
-            shutil.rmtree(old)
-        shutil.rmtree(staging)
         self._episode_rows = [pa.Table.from_pylist([row]) for row in episodes]
-        self._write_meta()
+        table = pa.concat_tables(self._episode_rows, promote_options="default")
+        fmt.write_parquet_atomic(staging / fmt.EPISODES_PATH.format(**fmt.chunk_file(0)), table)
+        (staging / FINALIZE_READY).touch()  # from here on the new files are complete: the swap is owed
+        complete_finalize(self.root)
 
     def _consolidate_data(self, episodes: list[dict], staging: Path) -> None:
         number, size, pending = 0, 0.0, []

@@ -346,3 +346,60 @@ def test_finalize_starts_new_files_past_the_size_limits(tmp_path, monkeypatch):
         np.testing.assert_array_equal(ds.episode(e)["action"], truth["action"])
         video = ds.episode(e)["observation.images.main"]
         assert np.abs(video.astype(float) - truth["observation.images.main"]).mean() < VIDEO_MAE
+
+
+# ---- a kill during finalize ---------------------------------------------------------------------------
+def _unfinalized(root: Path) -> LeRobotDatasetWriter:
+    writer = LeRobotDatasetWriter(root, FPS, FEATURES)
+    for seed, (n, task) in enumerate([(7, "reach"), (12, "push"), (5, "reach")]):
+        writer.add_episode(_episode(n, seed), task)
+    return writer
+
+
+def test_a_kill_at_any_rename_of_finalize_leaves_a_dataset_that_reads_whole(tmp_path, monkeypatch):
+    """`collect` killed during its final folder swap left no data folder, or a table naming files that
+    were gone (3 of 3 tries), and the reader raised a bare FileNotFoundError."""
+    import os
+
+    expected = LeRobotDataset(_unfinalized(tmp_path / "clean").root)  # per-episode files
+    real_replace, calls = os.replace, []
+
+    def counting(src, dst):
+        calls.append(1)
+        return real_replace(src, dst)
+
+    counted = _unfinalized(tmp_path / "count")
+    monkeypatch.setattr(os, "replace", counting)
+    counted.finalize()
+    monkeypatch.setattr(os, "replace", real_replace)
+    renames = len(calls)
+    assert renames >= 6  # staging files, then the three swaps
+    for kill_at in range(renames):
+        root = tmp_path / f"kill{kill_at}"
+        writer = _unfinalized(root)
+        calls.clear()
+
+        def killed(src, dst, kill_at=kill_at):
+            if len(calls) == kill_at:
+                raise KeyboardInterrupt  # kill -9 stands here: nothing after this line runs
+            calls.append(1)
+            return real_replace(src, dst)
+
+        monkeypatch.setattr(os, "replace", killed)
+        with pytest.raises(KeyboardInterrupt):
+            writer.finalize()
+        monkeypatch.setattr(os, "replace", real_replace)
+        ds = LeRobotDataset(root)
+        assert not (root / ".finalize").exists()
+        assert ds.num_episodes == 3 and ds.num_frames == expected.num_frames
+        for e in range(3):
+            np.testing.assert_array_equal(
+                ds.camera_frames("observation.images.main", e),
+                expected.camera_frames("observation.images.main", e),
+            )
+        np.testing.assert_array_equal(ds.column("action"), expected.column("action"))
+
+
+def test_a_missing_dataset_folder_is_named():
+    with pytest.raises(UserError, match="dataset folder /nonexistent/ds does not exist"):
+        LeRobotDataset("/nonexistent/ds")
