@@ -13,10 +13,12 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from embodrl.deploy.protocol import packb, unpackb
+from embodrl.errors import UserError
 
 
-class ServerError(RuntimeError):
-    """The server refused a request (its reason is the message) or dropped the connection."""
+class ServerError(UserError):
+    """The server refused a request (its reason is the message), dropped the connection or cannot be
+    reached; uncaught, a one-line error."""
 
 
 class PolicyClient:
@@ -45,9 +47,12 @@ class PolicyClient:
                 status = error.response.status_code
                 hint = "; pass the server's api_key" if status == 401 else ""
                 raise ServerError(f"{self.uri} refused the connection (HTTP {status}){hint}") from error
-            except (ConnectionRefusedError, TimeoutError, OSError):
+            except (ConnectionRefusedError, TimeoutError, OSError) as error:
                 if time.monotonic() >= deadline:
-                    raise
+                    reason = error.strerror or type(error).__name__
+                    raise ServerError(
+                        f"cannot connect to {self.uri}: {reason} (is `embodrl serve` running there?)"
+                    ) from None
                 time.sleep(0.2)
         self.metadata: dict = self._receive()
 

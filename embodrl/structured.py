@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
@@ -24,6 +25,11 @@ def load_yaml(path: Path | str) -> DictConfig:
         raise ConfigError(f"{path}: {e}") from None
     except OSError as e:
         raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:  # a syntax error: name the file, line and column, on one line
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path} is not valid YAML{where}: {problem}") from None
     if not isinstance(cfg, DictConfig):
         raise ConfigError(f"{path}: a config file must be a YAML mapping")
     return cfg
@@ -36,6 +42,8 @@ def explain(e: OmegaConfBaseException) -> ConfigError:
     if isinstance(e, ConfigKeyError) and dataclasses.is_dataclass(e.object_type):
         valid = ", ".join(f.name for f in dataclasses.fields(e.object_type))
         return ConfigError(f"unknown config key {key!r}; valid keys here: {valid}")
+    if reason.startswith("Cannot convert 'DictConfig'"):  # `key.sub=value` given for a plain value
+        return ConfigError(f"{key} is a single value, not a group of keys: write {key}=VALUE")
     return ConfigError(f"{key}: {reason}")
 
 

@@ -32,7 +32,15 @@ def make_env(cfg: EnvConfig, device: str = "cpu") -> VecEnv:
     if cfg.suite not in SUITES:
         raise UserError(f"unknown suite {cfg.suite!r}; valid suites: {', '.join(SUITES)}")
     module, factory = SUITES[cfg.suite].split(":")
-    return getattr(importlib.import_module(module), factory)(cfg, device=device)
+    try:
+        return getattr(importlib.import_module(module), factory)(cfg, device=device)
+    except (MemoryError, ValueError) as error:  # MuJoCo reports a failed allocation as std::bad_alloc
+        if isinstance(error, ValueError) and "bad_alloc" not in str(error):
+            raise
+        raise UserError(
+            f"env.num_envs={cfg.num_envs}: {cfg.suite} could not allocate that many envs (out of memory); "
+            "lower env.num_envs"
+        ) from None
 
 
 def suite_tasks(suite: str) -> tuple[str, ...] | None:

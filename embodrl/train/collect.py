@@ -210,13 +210,15 @@ def collect_demos(
     stats = CollectStats(root=Path(out_dir))
     begin = time.perf_counter()
     writer: LeRobotDatasetWriter | None = None
-    bar = tqdm(total=cfg.episodes_per_task * len(tasks), desc="demos", unit="ep", disable=not progress)
+    bar = None  # opened once the first env and the dataset folder are made: an error there prints alone
     for task in tasks:
         with make_env(replace(env_cfg, task=task)) as env:
             if writer is None:
                 writer = LeRobotDatasetWriter(
                     out_dir, cfg.fps, dataset_features(env), env_cfg.suite, cfg.video
                 )
+                total = cfg.episodes_per_task * len(tasks)
+                bar = tqdm(total=total, desc="demos", unit="ep", disable=not progress)
             bar.set_description(f"demos {task or env_cfg.suite}")
             kept, failed = collect_episodes(env, writer, cfg.episodes_per_task, cfg, bar, task or "")
         stats.per_task[task or env_cfg.suite] = (kept, failed)

@@ -235,8 +235,8 @@ def test_unreachable_server_fails_fast():
     srv = _serve()
     port = srv.port
     srv.stop()
-    with pytest.raises(OSError):
-        PolicyClient(f"ws://127.0.0.1:{port}", wait_s=0.0)
+    with pytest.raises(ServerError, match=r"cannot connect to ws://127.0.0.1:\d+: Connection refused"):
+        PolicyClient(f"ws://127.0.0.1:{port}", wait_s=0.0)  # a one-line error, no traceback
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2)
 
