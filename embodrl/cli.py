@@ -7,6 +7,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 from embodrl.errors import Terminated, UserError
@@ -179,7 +180,10 @@ def cmd_eval(args: argparse.Namespace) -> None:
     )
     cfg = compose(str(saved) if saved else None, args.overrides)
     policy = load_policy(checkpoint, device=cfg.device)
-    out = Path(args.out) if args.out else checkpoint / "eval"
+    # Never inside the checkpoint folder, which the next save of a resumed run replaces: beside the
+    # run's checkpoints, or under run_root for a checkpoint from elsewhere; a new folder per call.
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else (saved.parent if saved else Path(cfg.run_root)) / "eval" / stamp
     if args.demos:
         _replay_demos(args, cfg, policy, out)
         return
@@ -440,7 +444,11 @@ def build_parser() -> argparse.ArgumentParser:
         "sft.max_episodes=K never saw them: its error there against its error on demos 0.. measures how "
         "well it generalizes off its training demos",
     )
-    p.add_argument("--out", help="output folder (default CHECKPOINT/eval)")
+    p.add_argument(
+        "--out",
+        help="output folder (default: RUN/eval/TIMESTAMP for a checkpoint inside run folder RUN, else "
+        "run_root/eval/TIMESTAMP; never inside the checkpoint, which a resumed run replaces)",
+    )
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser(

@@ -130,12 +130,14 @@ def test_collect_sft_eval_chain(tmp_path, capsys):
     first, second = sorted((tmp_path / "replay").iterdir())
     # seeded: the checkpoint's noise draws repeat, so the two plays are the same episode
     assert (first / "episode_000.mp4").read_bytes() == (second / "episode_000.mp4").read_bytes()
-    summary = json.loads((checkpoint / "eval" / "summary.json").read_text())
-    assert summary["episodes"] == 4 and (checkpoint / "eval" / "videos" / "episode_000.mp4").is_file()
+    assert not (checkpoint / "eval").exists()  # the next save of a resumed run would delete it
+    (evaluated,) = (run_dir / "eval").iterdir()  # beside the run's checkpoints
+    summary = json.loads((evaluated / "summary.json").read_text())
+    assert summary["episodes"] == 4 and (evaluated / "videos" / "episode_000.mp4").is_file()
     # seeded with the run's seed: the evaluation the SFT run ended with (the flow policy's start noise
     # included), repeated exactly, down to the video of its first episode
     video = "videos/episode_000.mp4"
-    assert (checkpoint / "eval" / video).read_bytes() == (run_dir / video).read_bytes()
+    assert (evaluated / video).read_bytes() == (run_dir / video).read_bytes()
     assert "success:" in capsys.readouterr().out
     # --first-state moves the episodes to other initial states (a held-out set)
     shifted = tmp_path / "shifted"
