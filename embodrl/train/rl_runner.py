@@ -106,7 +106,7 @@ class OnPolicyRunner(Runner):
         cfg.algo.check_num_envs(self.env.num_envs)
         self.iteration, self.env_steps, self.wall_time, self.env_restarts = 0, 0, 0.0, 0
         self.best = BestCheckpoint(run_dir) if cfg.train.keep_best else None
-        if resume:
+        if resume and self.resumable():
             self._restore()  # every rank loads the same checkpoint
         if rank() > 0:  # own action noise and initial states; rank 0 keeps the single-process streams
             seed = rank_seed(cfg.seed + self.iteration)  # + iteration: a resumed rank does not replay them

@@ -18,7 +18,14 @@ from torch import nn
 from embodrl.config import ExperimentConfig
 from embodrl.sims.base import VecEnv
 from embodrl.train.best import BestCheckpoint
-from embodrl.train.checkpointing import LAST, POLICY_DIR, restore_checkpoint, rng_state, save_checkpoint
+from embodrl.train.checkpointing import (
+    LAST,
+    POLICY_DIR,
+    recover_checkpoint,
+    restore_checkpoint,
+    rng_state,
+    save_checkpoint,
+)
 from embodrl.train.episodes import EpisodeResults
 from embodrl.train.logger import MetricsLogger, wandb_target
 
@@ -60,6 +67,18 @@ class Runner(ABC):
         return MetricsLogger(
             self.run_dir, total, start, self.cfg.train.tensorboard, wandb_target(self.cfg, kind)
         )
+
+    def resumable(self) -> bool:
+        """Whether checkpoints/last holds a checkpoint to resume from, once an interrupted save is
+        recovered; a run stopped before its first save has none and starts over (with a warning), as the
+        uninterrupted run did."""
+        recover_checkpoint(self.run_dir / LAST)
+        if (self.run_dir / LAST).is_dir():
+            return True
+        log.warning(
+            "%s has no checkpoint yet (stopped before its first save): starting it over", self.run_dir
+        )
+        return False
 
     def save_last(self, policy: nn.Module, state: dict, generators: dict[str, torch.Generator]) -> Path:
         """Write checkpoints/last: `policy`, the loop's `state` and the RNG states a resume continues with."""

@@ -52,6 +52,7 @@ class SFTRunner(Runner):
 
     def __init__(self, cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> None:
         self.cfg, self.run_dir, sft = cfg, run_dir, cfg.sft
+        resume = resume and self.resumable()
         if not sft.dataset:
             raise UserError("set sft.dataset=<folder written by `embodrl collect`>")
         if launched_by_torchrun():

@@ -170,6 +170,13 @@ def test_a_crash_inside_an_update_keeps_the_last_checkpoint_and_resumes_exactly(
         assert got[-1][key] == expected[-1][key], key
 
 
+def test_resuming_a_run_stopped_before_its_first_save_starts_it_over(tmp_path, caplog):
+    started = _runner(tmp_path, "train.iterations=1")  # its folder holds config.yaml only
+    resumed = _runner(tmp_path, resume_dir=started.run_dir)
+    assert resumed.iteration == 0
+    assert "no checkpoint yet" in caplog.text
+
+
 def test_cleanrl_details_keep_the_first_ratio_one_and_save_the_running_stats(tmp_path):
     runner = _runner(tmp_path, "train.iterations=3", "train.eval_every=0", "algo.actor_lr=3e-4", *CLEANRL)
     runner.learn()

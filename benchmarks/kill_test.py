@@ -1,0 +1,190 @@
+"""kill -9 at seeded random points of `embodrl train`, `sft` and `collect`, then resume or reopen, and check.
+
+Per kill: start the command, SIGKILL it after a random delay drawn over the uninterrupted run's duration,
+then `--resume` the run to its end (a run killed before its first save starts over) and compare it with an
+uninterrupted run: every metrics.jsonl line's deterministic values and the final weights' checksum must be
+equal. A killed `collect` must leave a folder that reads as a LeRobot dataset whose every episode decodes
+(or no folder at all).
+
+    python benchmarks/kill_test.py --kills 20 --kinds train sft collect --out kill_test.json
+
+Prints one row per kill and a summary; exits 1 when any kill leaves a run that cannot resume, resumes
+differently, or a dataset that does not read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+PENDULUM = [
+    "env.suite=gym",
+    "env.gym_id=InvertedPendulum-v5",
+    "env.num_envs=4",
+    "env.max_episode_steps=20",
+    "policy.family=gaussian",
+    "policy.chunk_size=1",
+    "policy.action_dim=1",
+    "policy.gaussian.hidden_dims=[16]",
+    "policy.value_hidden_dims=[16]",
+    "algo.minibatch_size=32",
+    "algo.critic_warmup_iters=0",
+    "train.eval_every=0",
+    "train.eval_episodes=2",
+    "train.tensorboard=false",
+    "train.videos=0",
+]
+REACH = ["env.task=reach", "env.num_envs=2", "env.max_episode_steps=20", "policy.obs_keys=[state]"]
+# values that repeat exactly in a resumed run (timings do not)
+EXACT_KEYS = {
+    "train": ("iteration", "train/policy_loss", "train/value_loss", "train/approx_kl", "rollout/return"),
+    "sft": ("iteration", "sft/loss", "sft/lr"),
+}
+
+
+@dataclass
+class Kill:
+    kind: str
+    seed: int
+    after_s: float  # when SIGKILL was sent, from the start of the command
+    outcome: str  # "resumed exactly", "started over", "dataset valid", "no dataset", or what went wrong
+    ok: bool
+
+
+def embodrl(*args: str) -> list[str]:
+    return [sys.executable, "-m", "embodrl.cli", *args]
+
+
+def command(kind: str, root: Path, dataset: Path) -> list[str]:
+    if kind == "train":
+        return embodrl("train", *PENDULUM, "train.iterations=12", "train.save_every=1", f"run_root={root}")
+    if kind == "sft":
+        return embodrl(
+            "sft",
+            *REACH,
+            f"sft.dataset={dataset}",
+            "sft.steps=150",
+            "sft.save_every=10",
+            "sft.batch_size=32",
+            "sft.eval_episodes=1",
+            "train.tensorboard=false",
+            "sft.videos=0",
+            f"run_root={root}",
+        )
+    return embodrl("collect", *REACH, "--out", str(root / "demos"), "--episodes-per-task", "12")
+
+
+def run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[2:5])} ... exited {done.returncode}: {done.stderr[-500:]}")
+
+
+def run_folder(root: Path) -> Path | None:
+    folders = sorted(p.parent for p in root.glob("*/*/config.yaml"))
+    return folders[-1] if folders else None
+
+
+def fingerprint(run_dir: Path, kind: str) -> tuple[list[dict], str]:
+    """The deterministic part of metrics.jsonl and the final weights' SHA-256 (from the manifest)."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    rows = [{k: v for k, v in json.loads(line).items() if k in EXACT_KEYS[kind]} for line in lines]
+    manifest = json.loads((run_dir / "checkpoints" / "last" / "manifest.json").read_text())
+    return rows, manifest["policy/model.safetensors"]["sha256"]
+
+
+def check_dataset(folder: Path) -> str | None:
+    """None when `folder` reads as a dataset whose every episode and frame loads; else what fails."""
+    from embodrl.data.lerobot_dataset import LeRobotDataset
+
+    try:
+        ds = LeRobotDataset(folder)
+        for e in range(ds.num_episodes):
+            start, end = ds.episode_range(e)
+            ds.frame(start), ds.frame(end - 1)
+        return None
+    except Exception as error:  # noqa: BLE001 - any failure is the finding
+        return f"{type(error).__name__}: {error}"
+
+
+def kill_once(kind: str, seed: int, work: Path, dataset: Path, reference, duration_s: float) -> Kill:
+    root = work / f"{kind}-{seed}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    after = random.Random(seed).uniform(0.3, duration_s)
+    process = subprocess.Popen(
+        command(kind, root, dataset),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        process.wait(timeout=after)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    if kind == "collect":
+        folder = root / "demos"
+        if not folder.exists():
+            return Kill(kind, seed, after, "no dataset", True)
+        problem = check_dataset(folder)
+        return Kill(kind, seed, after, problem or "dataset valid", problem is None)
+    folder = run_folder(root)
+    try:
+        if folder is None:  # killed before the run folder existed: a user runs the command again
+            run(command(kind, root, dataset))
+            outcome = "started over"
+        else:
+            run(embodrl(kind, "--resume", str(folder)))
+            outcome = "resumed exactly"
+        got = fingerprint(run_folder(root), kind)
+    except Exception as error:  # noqa: BLE001
+        return Kill(kind, seed, after, f"could not resume: {error}", False)
+    if got != reference:
+        return Kill(kind, seed, after, "resumed, but differs from the uninterrupted run", False)
+    return Kill(kind, seed, after, outcome, True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kinds", nargs="+", default=["train", "sft", "collect"])
+    parser.add_argument("--kills", type=int, default=20, help="kill points per kind")
+    parser.add_argument("--seed", type=int, default=0, help="first kill point's seed")
+    parser.add_argument("--out", help="write every kill as JSON here")
+    args = parser.parse_args(argv)
+    kills: list[Kill] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        dataset = work / "reach_demos"
+        run(embodrl("collect", *REACH, "--out", str(dataset), "--episodes-per-task", "4"))
+        for kind in args.kinds:
+            start = time.perf_counter()
+            reference_root = work / f"{kind}-reference"
+            reference_root.mkdir()
+            run(command(kind, reference_root, dataset))
+            duration = time.perf_counter() - start
+            reference = None if kind == "collect" else fingerprint(run_folder(reference_root), kind)
+            print(f"{kind}: uninterrupted run {duration:.1f} s", flush=True)
+            for seed in range(args.seed, args.seed + args.kills):
+                kill = kill_once(kind, seed, work, dataset, reference, duration)
+                kills.append(kill)
+                print(f"  kill at {kill.after_s:5.2f} s (seed {seed}): {kill.outcome}", flush=True)
+    failed = [k for k in kills if not k.ok]
+    print(f"{len(kills)} kill points, {len(failed)} left a run or dataset that does not recover")
+    if args.out:
+        Path(args.out).write_text(json.dumps([asdict(k) for k in kills], indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
