@@ -61,6 +61,9 @@ class PolicyConfig:
     cnn_channels: tuple[int, ...] = (32, 64, 64, 64)  # stride-2 3x3 convs of the image encoder (scratch)
     image_feature_dim: int = 128
     image_shift: int = 4  # random-shift augmentation (pixels) of every camera in sft_loss (CNN, VLA); 0: off
+    # Gaussian noise (normalized units) on the proprioceptive `state` in sft_loss only: a few demos can be
+    # told apart by the arm's exact path, which a policy then memorizes instead of reading the image.
+    state_noise_std: float = 0.0
     value_hidden_dims: tuple[int, ...] = (256, 256)
     # Auxiliary SFT targets: vector observation keys (e.g. [privileged]: the instructed object's pose, the
     # object - gripper offset, the goal) that a small head regresses from the actor's features during SFT,
@@ -88,6 +91,7 @@ class PolicyConfig:
         check_positive("policy.chunk_size", self.chunk_size)
         check_positive("policy.action_dim", self.action_dim)
         check_positive("policy.image_shift", self.image_shift, allow_zero=True)
+        check_positive("policy.state_noise_std", self.state_noise_std, allow_zero=True)
         check_choice("policy.logprob_type", self.logprob_type, LOGPROB_TYPES)
         check_positive("policy.state_std_min", self.state_std_min, allow_zero=True)
         check_positive("policy.obs_clip", self.obs_clip, allow_zero=True)
@@ -171,6 +175,7 @@ _NOT_FROM_CHECKPOINT = (
     "gradient_checkpointing",
     "cache_frozen_prefix",
     "logprob_type",  # how RL groups the log-probs for its ratio; no weight depends on it
+    "state_noise_std",  # an SFT augmentation; no weight depends on it
     "sft_aux_weight",  # a training setting: fine-tuning a pretrained base may drop its auxiliary loss
 )
 

@@ -34,7 +34,7 @@ from embodrl.policies.flow.sampling import VelocityFn, euler_sample
 from embodrl.policies.flow.vla_flow import PrefixCache, VLAFlowPrefix
 from embodrl.policies.modules.logprob import reduce_logprob
 from embodrl.policies.modules.mlp import mlp
-from embodrl.policies.modules.obs_encoder import ObsEncoder
+from embodrl.policies.modules.obs_encoder import ObsEncoder, add_state_noise
 from embodrl.policies.modules.sft import check_action_batch, masked_mean, zero_padded_steps
 from embodrl.policies.modules.time_features import time_features
 from embodrl.policies.vla.prefix import VLAPolicy
@@ -159,6 +159,8 @@ class FlowPolicy(VLAPolicy):
 
             return features, mlp_velocity
         state = self._vla_state(obs)
+        if augment and state is not None:
+            state = add_state_noise(state, self.cfg.state_noise_std)
         if prefix is None:
             prefix = self.prefix_encoder(obs, state, augment)
         n = prefix.mask.shape[0]

@@ -9,7 +9,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodrl.errors import UserError
-from embodrl.obs_keys import IMAGE_KEYS, VECTOR_KEYS
+from embodrl.obs_keys import IMAGE_KEYS, STATE, VECTOR_KEYS
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.modules.cnn import ImageEncoder, random_shift
 from embodrl.policies.modules.pretrained_tower import PretrainedTower
@@ -25,6 +25,11 @@ def make_normalizers(cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]]) 
     }
     norms["action"] = Normalizer("action", cfg.action_dim, cfg.action_normalization)
     return nn.ModuleDict(norms)
+
+
+def add_state_noise(state: torch.Tensor, std: float) -> torch.Tensor:
+    """Normalized proprioceptive state plus N(0, std^2) noise (SFT augmentation; std 0: unchanged)."""
+    return state + std * torch.randn_like(state) if std > 0 else state
 
 
 def projection(in_dim: int, out_dim: int) -> nn.Sequential:
@@ -54,6 +59,7 @@ class ObsEncoder(nn.Module):
             {k: tuple(obs_shapes[k]) for k in keys},
             cfg.image_shift,
         )
+        self.state_noise_std = cfg.state_noise_std
         self._normalizers = dict(normalizers.items())  # owned (and saved) by the policy, shared here
         cameras = [k for k in keys if k in IMAGE_KEYS]
         if cfg.vision.pretrained:
@@ -159,5 +165,8 @@ class ObsEncoder(nn.Module):
             elif key == "task_id":
                 parts.append(self.task_embedding(value.long()))
             else:
-                parts.append(self._normalizers[key](value.float()))
+                normalized = self._normalizers[key](value.float())
+                if augment and key == STATE:
+                    normalized = add_state_noise(normalized, self.state_noise_std)
+                parts.append(normalized)
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # one part: no copy

@@ -13,6 +13,7 @@ from embodrl.errors import ConfigError, UserError
 from embodrl.obs_keys import IMAGE_KEYS, RGB, STATE, WRIST_RGB
 from embodrl.policies.base import Policy, TransformerStack
 from embodrl.policies.config import PolicyConfig
+from embodrl.policies.modules.obs_encoder import add_state_noise
 from embodrl.policies.vla.modeling import Prefix, VLABackbone
 from embodrl.policies.vla.tokenizer import load_tokenizer, train_tokenizer
 
@@ -40,6 +41,7 @@ class VLAPrefixEncoder(nn.Module):
         super().__init__()
         check_vla_obs_keys(cfg, obs_shapes)
         self.keys, self.image_shift = tuple(cfg.obs_keys), cfg.image_shift
+        self.state_noise_std = cfg.state_noise_std
         self.uses_state = "state" in cfg.obs_keys
         # A plain dict, so the normalizer stays owned (and saved) by the policy alone, not registered twice.
         self._normalizers = {"state": normalizers["state"]} if self.uses_state else {}
@@ -65,6 +67,8 @@ class VLAPrefixEncoder(nn.Module):
                 f"observation lacks {missing} that the policy reads; present: {sorted(obs.keys())}"
             )
         state = self._normalizers["state"](obs["state"].float()) if self.uses_state else None
+        if augment and state is not None:
+            state = add_state_noise(state, self.state_noise_std)
         return self.backbone.embed_prefix(obs, state, self.image_shift if augment else 0)
 
 

@@ -361,3 +361,31 @@ def test_sft_aux_loss_learns_the_targets_from_the_features():
         loss.backward()
         optimizer.step()
     assert aux_error() < 0.3 * before
+
+
+@pytest.mark.parametrize("variant", list(AUGMENTED))
+def test_state_noise_perturbs_the_state_in_sft_only(variant):
+    """policy.state_noise_std: the SFT loss sees a noisy proprioceptive state, acting never does."""
+    cfg = PolicyConfig(chunk_size=C, action_dim=A, obs_keys=("rgb", "state"), **AUGMENTED[variant])
+    torch.manual_seed(0)
+    policy = make_policy(cfg, SHAPES)
+    policy.set_normalization(
+        {"state": compute_stats(torch.randn(100, S)), "action": compute_stats(torch.rand(100, A) * 0.5)}
+    )
+    batch = make_obs()
+    batch["action"] = torch.rand(N, C, A) * 0.5
+
+    def loss_and_actions(std: float) -> tuple[torch.Tensor, torch.Tensor]:
+        policy.cfg = dataclasses.replace(policy.cfg, state_noise_std=std)
+        for module in policy.modules():  # the encoders copy the setting when built
+            if hasattr(module, "state_noise_std"):
+                module.state_noise_std = std
+        torch.manual_seed(1)
+        loss = policy.sft_loss(batch)
+        torch.manual_seed(2)
+        return loss, policy.act(batch, deterministic=True).actions
+
+    clean_loss, clean_actions = loss_and_actions(0.0)
+    noisy_loss, noisy_actions = loss_and_actions(0.5)
+    assert not torch.equal(noisy_loss, clean_loss)
+    assert torch.equal(noisy_actions, clean_actions)
