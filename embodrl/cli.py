@@ -162,6 +162,15 @@ def cmd_collect(args: argparse.Namespace) -> None:
     print(stats.summary())
 
 
+def cmd_check_dataset(args: argparse.Namespace) -> None:
+    from embodrl.data.dataset_check import check_dataset
+
+    report = check_dataset(args.dataset, repair=args.repair, quick=args.quick)
+    print(report.summary())
+    if not report.ok:
+        raise SystemExit(1)
+
+
 def cmd_eval(args: argparse.Namespace) -> None:
     import dataclasses
     import json
@@ -450,6 +459,20 @@ def build_parser() -> argparse.ArgumentParser:
         "run_root/eval/TIMESTAMP; never inside the checkpoint, which a resumed run replaces)",
     )
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser(
+        "check-dataset",
+        help="validate a LeRobotDataset v3 folder and say what is wrong (--repair fixes what it can)",
+        description="Check that a LeRobotDataset v3 folder reads and that info.json, the episodes table "
+        "and the data agree (counts, frame ranges, episode and frame indices, task ids, stats), and that "
+        "every episode's video decodes (skip with --quick). --repair finishes an interrupted "
+        "consolidation, removes unfinished *.tmp files and the files of an episode a kill left unlisted. "
+        "Exits 1 while problems remain.",
+    )
+    p.add_argument("dataset", help="dataset folder (e.g. written by `embodrl collect` or LeRobot)")
+    p.add_argument("--repair", action="store_true", help="fix what can be fixed")
+    p.add_argument("--quick", action="store_true", help="do not decode the videos")
+    p.set_defaults(func=cmd_check_dataset)
 
     p = sub.add_parser(
         "serve",
