@@ -45,6 +45,7 @@ PENDULUM = [
     "train.videos=0",
 ]
 REACH = ["env.task=reach", "env.num_envs=2", "env.max_episode_steps=20", "policy.obs_keys=[state]"]
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 # values that repeat exactly in a resumed run (timings do not)
 EXACT_KEYS = {
     "train": ("iteration", "train/policy_loss", "train/value_loss", "train/approx_kl", "rollout/return"),
@@ -85,7 +86,7 @@ def command(kind: str, root: Path, dataset: Path) -> list[str]:
 
 
 def run(cmd: list[str]) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(cmd, capture_output=True, text=True, env=ONE_THREAD)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[2:5])} ... exited {done.returncode}: {done.stderr[-500:]}")
 
@@ -117,16 +118,43 @@ def check_dataset(folder: Path) -> str | None:
         return f"{type(error).__name__}: {error}"
 
 
-def kill_once(kind: str, seed: int, work: Path, dataset: Path, reference, duration_s: float) -> Kill:
+def first_output(root: Path, kind: str) -> Path | None:
+    """What a run writes first once it works: metrics.jsonl, or the dataset's first data file."""
+    pattern = "demos/data/*/*.parquet" if kind == "collect" else "*/*/metrics.jsonl"
+    return next(iter(root.glob(pattern)), None)
+
+
+def timed_reference(cmd: list[str], root: Path, kind: str) -> tuple[float, float]:
+    """Run `cmd` to its end; returns (seconds until its first output, seconds in all)."""
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ONE_THREAD
+    )
+    first = None
+    while process.poll() is None:
+        if first is None and first_output(root, kind) is not None:
+            first = time.perf_counter() - start
+        time.sleep(0.05)
+    total = time.perf_counter() - start
+    if process.returncode != 0:
+        raise RuntimeError(f"the uninterrupted {kind} run failed: {process.stderr.read()[-500:]}")
+    return (first or total), total
+
+
+def kill_once(
+    kind: str, seed: int, work: Path, dataset: Path, reference, window: tuple[float, float]
+) -> Kill:
     root = work / f"{kind}-{seed}"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    after = random.Random(seed).uniform(0.3, duration_s)
+    # over the working part of the run (most of a short run is Python starting up), a little either side
+    first, total = window
+    after = random.Random(seed).uniform(0.8 * first, 1.05 * total)
     process = subprocess.Popen(
         command(kind, root, dataset),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env=ONE_THREAD,
     )
     try:
         process.wait(timeout=after)
@@ -168,15 +196,15 @@ def main(argv: list[str] | None = None) -> int:
         dataset = work / "reach_demos"
         run(embodrl("collect", *REACH, "--out", str(dataset), "--episodes-per-task", "4"))
         for kind in args.kinds:
-            start = time.perf_counter()
             reference_root = work / f"{kind}-reference"
             reference_root.mkdir()
-            run(command(kind, reference_root, dataset))
-            duration = time.perf_counter() - start
+            window = timed_reference(command(kind, reference_root, dataset), reference_root, kind)
             reference = None if kind == "collect" else fingerprint(run_folder(reference_root), kind)
-            print(f"{kind}: uninterrupted run {duration:.1f} s", flush=True)
+            print(
+                f"{kind}: uninterrupted run {window[1]:.1f} s, first output at {window[0]:.1f} s", flush=True
+            )
             for seed in range(args.seed, args.seed + args.kills):
-                kill = kill_once(kind, seed, work, dataset, reference, duration)
+                kill = kill_once(kind, seed, work, dataset, reference, window)
                 kills.append(kill)
                 print(f"  kill at {kill.after_s:5.2f} s (seed {seed}): {kill.outcome}", flush=True)
     failed = [k for k in kills if not k.ok]
