@@ -4,7 +4,7 @@ Per kill: start the command, SIGKILL it after a random delay drawn over the unin
 then `--resume` the run to its end (a run killed before its first save starts over) and compare it with an
 uninterrupted run: every metrics.jsonl line's deterministic values and the final weights' checksum must be
 equal. A killed `collect` must leave a folder that reads as a LeRobot dataset whose every episode decodes
-(or no folder at all).
+(or no folder at all), which `collect --resume` then completes.
 
     python benchmarks/kill_test.py --kills 20 --kinds train sft collect --out kill_test.json
 
@@ -45,6 +45,7 @@ PENDULUM = [
     "train.videos=0",
 ]
 REACH = ["env.task=reach", "env.num_envs=2", "env.max_episode_steps=20", "policy.obs_keys=[state]"]
+DEMOS = 12  # episodes a collect run keeps
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 # values that repeat exactly in a resumed run (timings do not)
 EXACT_KEYS = {
@@ -82,7 +83,7 @@ def command(kind: str, root: Path, dataset: Path) -> list[str]:
             "sft.videos=0",
             f"run_root={root}",
         )
-    return embodrl("collect", *REACH, "--out", str(root / "demos"), "--episodes-per-task", "12")
+    return embodrl("collect", *REACH, "--out", str(root / "demos"), "--episodes-per-task", str(DEMOS))
 
 
 def run(cmd: list[str]) -> None:
@@ -161,12 +162,28 @@ def kill_once(
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGKILL)
         process.wait()
-    if kind == "collect":
+    if kind == "collect":  # the killed folder reads; `collect --resume` then completes it
         folder = root / "demos"
-        if not folder.exists():
-            return Kill(kind, seed, after, "no dataset", True)
+        if folder.exists():
+            problem = check_dataset(folder)
+            if problem:
+                return Kill(kind, seed, after, f"killed dataset does not read: {problem}", False)
+        try:
+            if folder.exists():
+                resume = [a if a != "--out" else "--resume" for a in command(kind, root, dataset)]
+                run(resume)
+                outcome = "valid, resumed to a valid whole"
+            else:
+                run(command(kind, root, dataset))
+                outcome = "no dataset yet, started over"
+        except Exception as error:  # noqa: BLE001
+            return Kill(kind, seed, after, f"could not resume: {error}", False)
         problem = check_dataset(folder)
-        return Kill(kind, seed, after, problem or "dataset valid", problem is None)
+        from embodrl.data.lerobot_dataset import LeRobotDataset
+
+        if problem is None and LeRobotDataset(folder).num_episodes != DEMOS:
+            problem = f"{LeRobotDataset(folder).num_episodes} episodes after the resume, not {DEMOS}"
+        return Kill(kind, seed, after, problem or outcome, problem is None)
     folder = run_folder(root)
     try:
         if folder is None:  # killed before the run folder existed: a user runs the command again

@@ -158,7 +158,9 @@ def cmd_collect(args: argparse.Namespace) -> None:
         tasks=tasks,
         **first_state,
     )
-    stats = collect_demos(cfg.env, args.out, collect_cfg)
+    if bool(args.out) == bool(args.resume):
+        raise UserError("give --out DIR for a new dataset or --resume DIR to continue an interrupted one")
+    stats = collect_demos(cfg.env, args.resume or args.out, collect_cfg, resume=bool(args.resume))
     print(stats.summary())
 
 
@@ -379,7 +381,13 @@ def build_parser() -> argparse.ArgumentParser:
         "counted. " + OVERRIDES_HELP,
     )
     _add_experiment_arguments(p)
-    p.add_argument("--out", required=True, help="dataset folder to create")
+    p.add_argument("--out", help="dataset folder to create")
+    p.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue a collection that was interrupted (kill, crash) in DIR, with the same experiment and "
+        "settings: each task goes on from the initial state after its last kept episode",
+    )
     p.add_argument(
         "--episodes-per-task", type=int, default=50, help="successful episodes per task (default 50)"
     )

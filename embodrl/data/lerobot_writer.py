@@ -8,6 +8,7 @@ usual few large files (data/chunk-000/file-000.parquet, videos/<key>/chunk-000/f
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -93,9 +94,61 @@ class LeRobotDatasetWriter:
         self._finalized = False
         self._write_meta()
 
+    @classmethod
+    def reopen(cls, root: str | Path, video: VideoConfig | None = None) -> LeRobotDatasetWriter:
+        """A writer that appends to the unfinished dataset at `root` (its episodes saved one file each, as an
+        interrupted writer leaves them); a finalized dataset is refused."""
+        root = Path(root)
+        complete_finalize(root)
+        info_path = root / fmt.INFO_PATH
+        if not info_path.is_file():
+            raise UserError(f"{root} is not a dataset this writer started ({fmt.INFO_PATH} is missing)")
+        info = json.loads(info_path.read_text())
+        writer = cls.__new__(cls)
+        writer.root, writer.fps, writer.robot_type = root, int(info["fps"]), info.get("robot_type")
+        writer.video = video or VideoConfig()
+        defaults = set(fmt.DEFAULT_FEATURES)
+        writer.features = {k: ft for k, ft in info["features"].items() if k not in defaults}
+        writer.video_keys = [k for k, ft in writer.features.items() if ft["dtype"] == "video"]
+        tasks_path = root / fmt.TASKS_PATH
+        writer.tasks = fmt.read_tasks(tasks_path) if tasks_path.is_file() else []
+        writer._buffer = {k: [] for k in writer.features}
+        writer._finalized = False
+        rows = []
+        for path in sorted((root / "meta" / "episodes").glob("*/*.parquet")):
+            rows += pq.read_table(path).to_pylist()
+        rows.sort(key=lambda row: row["episode_index"])
+        if any(row["data/file_index"] != row["episode_index"] for row in rows):
+            raise UserError(f"{root} is a finished dataset (its episodes are consolidated); write a new one")
+        writer._episode_rows = [pa.Table.from_pylist([row]) for row in rows]
+        writer.num_frames = sum(row["length"] for row in rows)
+        numeric = writer._numeric_features()
+        writer._values = {k: [] for k in numeric}
+        for row in rows:
+            loc = {"chunk_index": row["data/chunk_index"], "file_index": row["data/file_index"]}
+            table = pq.read_table(root / fmt.DATA_PATH.format(**loc))
+            for key, ft in numeric.items():
+                writer._values[key].append(fmt.column_to_numpy(table.column(key), ft["shape"]))
+        writer._video_stats = {
+            key: [
+                {
+                    name.split("/")[-1]: np.asarray(v)
+                    for name, v in row.items()
+                    if name.startswith(f"stats/{key}/")
+                }
+                for row in rows
+            ]
+            for key in writer.video_keys
+        }
+        return writer
+
     @property
     def num_episodes(self) -> int:
         return len(self._episode_rows)
+
+    def episode_rows(self) -> list[dict]:
+        """The episodes table so far, one dict per episode (index, task, length, the caller's info)."""
+        return [table.to_pylist()[0] for table in self._episode_rows]
 
     def _numeric_features(self) -> dict[str, dict]:
         user = {k: ft for k, ft in self.features.items() if ft["dtype"] != "video"}

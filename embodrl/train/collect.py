@@ -199,32 +199,56 @@ def tasks_to_collect(env_cfg: EnvConfig, only: tuple[str, ...] = ()) -> tuple[st
 
 
 def collect_demos(
-    env_cfg: EnvConfig, out_dir: str | Path, cfg: CollectConfig, progress: bool = True
+    env_cfg: EnvConfig,
+    out_dir: str | Path,
+    cfg: CollectConfig,
+    progress: bool = True,
+    resume: bool = False,
 ) -> CollectStats:
     """Collect `cfg.episodes_per_task` expert demos for every task of `env_cfg` into one dataset.
 
-    Episodes are saved as they finish: an interrupted run leaves every saved episode readable; a
-    finished run concatenates them into LeRobot's usual files.
+    Episodes are saved as they finish: an interrupted run leaves every saved episode readable, and
+    `resume` continues it (each task from the initial state after its last kept one); a finished run
+    concatenates them into LeRobot's usual files.
     """
     tasks = tasks_to_collect(env_cfg, cfg.tasks)
     stats = CollectStats(root=Path(out_dir))
     begin = time.perf_counter()
     writer: LeRobotDatasetWriter | None = None
+    done: dict[str, int] = {}  # env_task -> episodes kept before this run (resume)
+    next_state: dict[str, int] = {}  # env_task -> the initial state to go on from
+    if resume:
+        writer = LeRobotDatasetWriter.reopen(out_dir, cfg.video)
+        for row in writer.episode_rows():
+            task = row.get("env_task", "")
+            done[task] = done.get(task, 0) + 1
+            next_state[task] = max(next_state.get(task, 0), int(row["init_state_id"]) + 1)
     bar = None  # opened once the first env and the dataset folder are made: an error there prints alone
     for task in tasks:
+        wanted = cfg.episodes_per_task - done.get(task or "", 0)
+        if wanted <= 0:
+            stats.per_task[task or env_cfg.suite] = (0, 0)
+            continue
         with make_env(replace(env_cfg, task=task)) as env:
             if writer is None:
                 writer = LeRobotDatasetWriter(
                     out_dir, cfg.fps, dataset_features(env), env_cfg.suite, cfg.video
                 )
+            if bar is None:
                 total = cfg.episodes_per_task * len(tasks)
-                bar = tqdm(total=total, desc="demos", unit="ep", disable=not progress)
+                bar = tqdm(
+                    total=total, initial=sum(done.values()), desc="demos", unit="ep", disable=not progress
+                )
             bar.set_description(f"demos {task or env_cfg.suite}")
-            kept, failed = collect_episodes(env, writer, cfg.episodes_per_task, cfg, bar, task or "")
+            task_cfg = replace(cfg, first_state_id=next_state.get(task or "", cfg.first_state_id))
+            kept, failed = collect_episodes(env, writer, wanted, task_cfg, bar, task or "")
         stats.per_task[task or env_cfg.suite] = (kept, failed)
         stats.episodes += kept
         stats.failures += failed
-    bar.close()
+    if bar is not None:
+        bar.close()
+    if writer is None:
+        raise UserError("nothing to collect")
     writer.finalize()
     stats.frames = writer.num_frames
     stats.seconds = time.perf_counter() - begin

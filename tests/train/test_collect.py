@@ -107,3 +107,33 @@ def test_tasks_picks_a_subset_of_the_suite_and_names_bad_choices():
         tasks_to_collect(suite, ("push", "lift"))
     with pytest.raises(UserError, match="drop env.task=pick"):
         tasks_to_collect(EnvConfig(suite="tabletop-basic", task="pick"), ("push",))
+
+
+def test_resume_continues_an_interrupted_collection(tmp_path, monkeypatch):
+    env_cfg = EnvConfig(suite="tabletop-basic", num_envs=2, num_threads=1)
+    cfg = CollectConfig(episodes_per_task=3, tasks=("reach", "push"))
+    real_add = LeRobotDatasetWriter.add_episode
+    saved = []
+
+    def killed_after_four(self, *args, **kwargs):
+        if len(saved) == 4:
+            raise KeyboardInterrupt  # kill: the fifth episode is never written
+        saved.append(1)
+        return real_add(self, *args, **kwargs)
+
+    monkeypatch.setattr(LeRobotDatasetWriter, "add_episode", killed_after_four)
+    with pytest.raises(KeyboardInterrupt):
+        collect_demos(env_cfg, tmp_path / "demos", cfg, progress=False)
+    monkeypatch.setattr(LeRobotDatasetWriter, "add_episode", real_add)
+    with pytest.raises(UserError, match="not empty"):
+        collect_demos(env_cfg, tmp_path / "demos", cfg, progress=False)
+    stats = collect_demos(env_cfg, tmp_path / "demos", cfg, progress=False, resume=True)
+    assert stats.per_task == {"reach": (0, 0), "push": (2, 0)}
+    ds = LeRobotDataset(tmp_path / "demos")
+    assert ds.num_episodes == 6
+    pushes = [
+        s for s, t in zip(ds.episodes["init_state_id"], ds.episodes["env_task"], strict=True) if t == "push"
+    ]
+    assert len(set(pushes)) == 3  # the resumed attempts start after the last kept one
+    with pytest.raises(UserError, match="finished dataset"):
+        collect_demos(env_cfg, tmp_path / "demos", cfg, progress=False, resume=True)
