@@ -27,18 +27,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-PENDULUM = [
-    "env.suite=gym",
-    "env.gym_id=InvertedPendulum-v5",
+# a small state-MLP PPO run on `reach` (the reach_ppo experiment, shortened)
+RL = [
+    "reach_ppo",
     "env.num_envs=4",
     "env.max_episode_steps=20",
-    "policy.family=gaussian",
-    "policy.chunk_size=1",
-    "policy.action_dim=1",
-    "policy.gaussian.hidden_dims=[16]",
-    "policy.value_hidden_dims=[16]",
-    "algo.minibatch_size=32",
-    "algo.critic_warmup_iters=0",
     "train.eval_every=0",
     "train.eval_episodes=2",
     "train.tensorboard=false",
@@ -69,7 +62,7 @@ def embodrl(*args: str) -> list[str]:
 
 def command(kind: str, root: Path, dataset: Path) -> list[str]:
     if kind == "train":
-        return embodrl("train", *PENDULUM, "train.iterations=12", "train.save_every=1", f"run_root={root}")
+        return embodrl("train", *RL, "train.iterations=12", "train.save_every=1", f"run_root={root}")
     if kind == "sft":
         return embodrl(
             "sft",

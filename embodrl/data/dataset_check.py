@@ -63,15 +63,7 @@ def check_dataset(root: str | Path, repair: bool = False, quick: bool = False) -
     if complete_finalize(root):  # a committed journal: every reader carries it through
         report.repaired.append("finished (or dropped) the consolidation an interrupted run left")
     leftovers = sorted(p for p in root.rglob("*.tmp") if p.is_file())
-    if leftovers:
-        if repair:
-            for path in leftovers:
-                path.unlink()
-            report.repaired.append(f"removed {len(leftovers)} unfinished *.tmp file(s)")
-        else:
-            report.problems.append(
-                f"{len(leftovers)} unfinished *.tmp file(s), e.g. {leftovers[0]} (--repair)"
-            )
+    _remove_or_report(report, root, leftovers, repair, "unfinished *.tmp file(s)")
     try:
         ds = LeRobotDataset(root)
     except UserError as error:
@@ -82,16 +74,9 @@ def check_dataset(root: str | Path, repair: bool = False, quick: bool = False) -
         return report
     report.episodes, report.frames = ds.num_episodes, ds.num_frames
     orphans = unlisted_files(root, ds.num_frames)
-    if orphans:
-        if repair:
-            for path in orphans:
-                path.unlink()
-            report.repaired.append(f"removed {len(orphans)} file(s) of an episode cut short (unlisted)")
-        else:
-            report.problems.append(
-                f"{len(orphans)} file(s) of an episode cut short are not listed (ignored on read; --repair "
-                f"removes them), e.g. {orphans[0].relative_to(root)}"
-            )
+    _remove_or_report(
+        report, root, orphans, repair, "file(s) of an episode cut short, not listed (ignored on read)"
+    )
     info = ds.info
     if info.get("total_episodes") != ds.num_episodes:
         report.problems.append(
@@ -118,6 +103,20 @@ def check_dataset(root: str | Path, repair: bool = False, quick: bool = False) -
                     )
                     break
     return report
+
+
+def _remove_or_report(report: DatasetReport, root: Path, files: list[Path], repair: bool, what: str) -> None:
+    """Remove `files` (repair) or name them as a problem."""
+    if not files:
+        return
+    if repair:
+        for path in files:
+            path.unlink()
+        report.repaired.append(f"removed {len(files)} {what}")
+    else:
+        report.problems.append(
+            f"{len(files)} {what}, e.g. {files[0].relative_to(root)} (--repair removes them)"
+        )
 
 
 def _check_episodes(ds: LeRobotDataset, report: DatasetReport) -> None:
