@@ -72,7 +72,12 @@ def test_train_videos_sets_how_many_final_episodes_are_recorded(tmp_path):
 ASYNC_SYNCHRONOUS = ["engine.schedule=async", "engine.max_staleness=0"]
 
 
-@pytest.mark.parametrize("options", [[], CLEANRL, ASYNC_SYNCHRONOUS], ids=["plain", "cleanrl", "async-s0"])
+PIPELINED = ["engine=pipelined"]
+
+
+@pytest.mark.parametrize(
+    "options", [[], CLEANRL, ASYNC_SYNCHRONOUS, PIPELINED], ids=["plain", "cleanrl", "async-s0", "pipelined"]
+)
 def test_resume_reproduces_the_next_iteration_exactly(tmp_path, options):
     """Also with running obs/reward statistics and the linear lr schedule, which the checkpoint carries."""
     straight = _runner(tmp_path / "a", "train.iterations=3", "train.save_every=1", *options)
@@ -142,14 +147,17 @@ def test_a_signal_during_an_update_stops_after_that_iteration_and_resumes_exactl
         assert got[key] == expected[key], key
 
 
-def test_a_crash_inside_an_update_keeps_the_last_checkpoint_and_resumes_exactly(tmp_path):
+@pytest.mark.parametrize(
+    "options", [[], ASYNC_SYNCHRONOUS, PIPELINED], ids=["plain", "async-s0", "pipelined"]
+)
+def test_a_crash_inside_an_update_keeps_the_last_checkpoint_and_resumes_exactly(tmp_path, options):
     """A crash (or a second signal) after some optimizer steps of iteration 3 once saved that half-updated
     state as iteration 2, and the resumed run diverged; metrics.jsonl kept no line twice either way."""
-    straight = _runner(tmp_path / "a", "train.iterations=3", "train.save_every=1")
+    straight = _runner(tmp_path / "a", "train.iterations=3", "train.save_every=1", *options)
     straight.learn()
     expected = read_metrics(straight.run_dir)
 
-    interrupted = _runner(tmp_path / "b", "train.iterations=3", "train.save_every=1")
+    interrupted = _runner(tmp_path / "b", "train.iterations=3", "train.save_every=1", *options)
     optimizer_step = interrupted.algo.optimizer.step
 
     def crash_after_a_step_of_the_third_update(*args, **kwargs):
