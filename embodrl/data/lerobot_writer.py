@@ -57,6 +57,12 @@ def complete_finalize(root: Path) -> bool:
     return True
 
 
+def is_consolidated(rows: list[dict]) -> bool:
+    """Whether episodes-table `rows` describe finalized files (several episodes per file), not the one file
+    per episode that an unfinished writer leaves."""
+    return any(row["data/file_index"] != row["episode_index"] for row in rows)
+
+
 class LeRobotDatasetWriter:
     """Builds a LeRobotDataset v3.0 folder at `root` from frames or whole episodes.
 
@@ -118,7 +124,7 @@ class LeRobotDatasetWriter:
         for path in sorted((root / "meta" / "episodes").glob("*/*.parquet")):
             rows += pq.read_table(path).to_pylist()
         rows.sort(key=lambda row: row["episode_index"])
-        if any(row["data/file_index"] != row["episode_index"] for row in rows):
+        if is_consolidated(rows):
             raise UserError(f"{root} is a finished dataset (its episodes are consolidated); write a new one")
         writer._episode_rows = [pa.Table.from_pylist([row]) for row in rows]
         writer.num_frames = sum(row["length"] for row in rows)

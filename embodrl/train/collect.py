@@ -13,8 +13,9 @@ from tensordict import TensorDict
 from tqdm import tqdm
 
 from embodrl.choices import check_positive
+from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.data.lerobot_format import ACTION_KEY, LEROBOT_KEYS
-from embodrl.data.lerobot_writer import LeRobotDatasetWriter
+from embodrl.data.lerobot_writer import LeRobotDatasetWriter, is_consolidated
 from embodrl.data.video import VideoConfig
 from embodrl.errors import UserError
 from embodrl.sims.base import VecEnv
@@ -198,6 +199,21 @@ def tasks_to_collect(env_cfg: EnvConfig, only: tuple[str, ...] = ()) -> tuple[st
     return (None,) if tasks is None else tasks
 
 
+def finished_episodes(root: Path) -> dict[str, int] | None:
+    """Episodes per env_task of the finalized dataset at `root`, or None when it is unfinished."""
+    dataset = LeRobotDataset(root)
+    rows = [
+        dict(zip(dataset.episodes, values, strict=True))
+        for values in zip(*dataset.episodes.values(), strict=True)
+    ]
+    if not rows or not is_consolidated(rows):
+        return None
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.get("env_task", "")] = counts.get(row.get("env_task", ""), 0) + 1
+    return counts
+
+
 def collect_demos(
     env_cfg: EnvConfig,
     out_dir: str | Path,
@@ -218,6 +234,17 @@ def collect_demos(
     done: dict[str, int] = {}  # env_task -> episodes kept before this run (resume)
     next_state: dict[str, int] = {}  # env_task -> the initial state to go on from
     if resume:
+        finished = finished_episodes(Path(out_dir))
+        if finished is not None:  # killed after it was finalized: done if it holds what was asked
+            short = {t or env_cfg.suite: finished.get(t or "", 0) for t in tasks}
+            short = {t: n for t, n in short.items() if n < cfg.episodes_per_task}
+            if short:
+                raise UserError(
+                    f"{out_dir} is a finished dataset with fewer episodes than asked ({short}); collect the "
+                    "rest into a new folder"
+                )
+            stats.episodes, stats.frames = 0, LeRobotDataset(out_dir).num_frames
+            return stats
         writer = LeRobotDatasetWriter.reopen(out_dir, cfg.video)
         for row in writer.episode_rows():
             task = row.get("env_task", "")

@@ -135,5 +135,8 @@ def test_resume_continues_an_interrupted_collection(tmp_path, monkeypatch):
         s for s, t in zip(ds.episodes["init_state_id"], ds.episodes["env_task"], strict=True) if t == "push"
     ]
     assert len(set(pushes)) == 3  # the resumed attempts start after the last kept one
-    with pytest.raises(UserError, match="finished dataset"):
-        collect_demos(env_cfg, tmp_path / "demos", cfg, progress=False, resume=True)
+    # killed after it was finalized: a resume finds it complete, or names what is missing
+    assert collect_demos(env_cfg, tmp_path / "demos", cfg, progress=False, resume=True).episodes == 0
+    more = CollectConfig(episodes_per_task=4, tasks=("reach", "push"))
+    with pytest.raises(UserError, match="finished dataset with fewer episodes than asked"):
+        collect_demos(env_cfg, tmp_path / "demos", more, progress=False, resume=True)
