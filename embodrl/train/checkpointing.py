@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -117,6 +118,20 @@ def save_checkpoint(
     else:
         tmp.rename(directory)
     return directory
+
+
+def keep_copy(directory: Path, number: int, keep: int) -> None:
+    """Keep checkpoint `directory` also as `<its parent>/<number>/` (hard links), and only the `keep` highest
+    numbered such copies."""
+    copy = directory.parent / str(number)
+    if keep <= 0:
+        return
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(directory, copy, copy_function=os.link)
+    numbered = sorted((p for p in directory.parent.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    for old in numbered[:-keep]:
+        shutil.rmtree(old)
 
 
 def load_trainer_state(directory: Path) -> dict:

@@ -21,6 +21,9 @@ class TrainConfig:
     eval_envs: int = 0  # envs for evaluation; 0 = env.num_envs
     videos: int = 2  # episodes of the final evaluation saved as mp4 in <run>/videos; 0: none
     save_every: int = 10  # iterations between checkpoints
+    # Earlier checkpoints kept besides checkpoints/last, as checkpoints/<iteration or SFT step>/ (hard
+    # links to last's files: no extra disk until last is replaced); the oldest go first. 0: last only.
+    keep_checkpoints: int = 0
     # checkpoints/best: the policy of the best evaluation (success, then return), played once more at the
     # end on eval_episodes held-out initial states (best_eval.json) when it is not the last policy
     keep_best: bool = True
@@ -38,7 +41,14 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_choice("train.precision", self.precision, PRECISIONS)
         check_positive("train.iterations", self.iterations)
-        for key in ("rollout_steps", "eval_every", "eval_envs", "videos", "torch_threads"):
+        for key in (
+            "rollout_steps",
+            "eval_every",
+            "eval_envs",
+            "videos",
+            "torch_threads",
+            "keep_checkpoints",
+        ):
             check_positive(f"train.{key}", getattr(self, key), allow_zero=True)
         check_positive("train.eval_episodes", self.eval_episodes)
         check_positive("train.save_every", self.save_every)

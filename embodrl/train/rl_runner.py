@@ -266,7 +266,7 @@ class OnPolicyRunner(Runner):
             "env_restarts": self.env_restarts,
             "algo": algo,
         }
-        return self.save_last(policy, state, self.generators)
+        return self.save_last(policy, state, self.generators, self.iteration)
 
     def _restore(self) -> None:
         """Every rank loads the same checkpoint; with fsdp each keeps its shards of weights and optimizer."""

@@ -21,6 +21,7 @@ from embodrl.train.best import BestCheckpoint
 from embodrl.train.checkpointing import (
     LAST,
     POLICY_DIR,
+    keep_copy,
     recover_checkpoint,
     restore_checkpoint,
     rng_state,
@@ -80,9 +81,14 @@ class Runner(ABC):
         )
         return False
 
-    def save_last(self, policy: nn.Module, state: dict, generators: dict[str, torch.Generator]) -> Path:
-        """Write checkpoints/last: `policy`, the loop's `state` and the RNG states a resume continues with."""
-        return save_checkpoint(self.run_dir / LAST, policy, {**state, "rng": rng_state(generators)})
+    def save_last(
+        self, policy: nn.Module, state: dict, generators: dict[str, torch.Generator], number: int
+    ) -> Path:
+        """Write checkpoints/last: `policy`, the loop's `state` and the RNG states a resume continues with;
+        with train.keep_checkpoints, also kept as checkpoints/<number>/ (iteration or step)."""
+        last = save_checkpoint(self.run_dir / LAST, policy, {**state, "rng": rng_state(generators)})
+        keep_copy(last, number, self.cfg.train.keep_checkpoints)
+        return last
 
     def restore_last(
         self,

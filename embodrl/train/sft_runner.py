@@ -193,7 +193,7 @@ class SFTRunner(Runner):
             "scheduler": self.scheduler.state_dict(),
             "pending_losses": self.pending_losses,
         }
-        return self.save_last(self.policy, state, {})
+        return self.save_last(self.policy, state, {}, self.step)
 
     def _restore(self) -> None:
         state = self.restore_last(self.policy, {})

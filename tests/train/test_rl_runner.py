@@ -9,7 +9,7 @@ import torch
 from embodrl.config import compose, make_run_dir
 from embodrl.errors import Terminated, UserError
 from embodrl.policies.loading import load_policy
-from embodrl.train.checkpointing import LAST
+from embodrl.train.checkpointing import LAST, restore_checkpoint
 from embodrl.train.logger import read_metrics
 from embodrl.train.rl_runner import OnPolicyRunner
 from tests.pendulum import pendulum
@@ -183,6 +183,15 @@ def test_resuming_a_run_stopped_before_its_first_save_starts_it_over(tmp_path, c
     resumed = _runner(tmp_path, resume_dir=started.run_dir)
     assert resumed.iteration == 0
     assert "no checkpoint yet" in caplog.text
+
+
+def test_keep_checkpoints_keeps_the_latest_numbered_copies(tmp_path):
+    runner = _runner(tmp_path, "train.iterations=3", "train.save_every=1", "train.keep_checkpoints=2")
+    runner.learn()
+    kept = sorted(p.name for p in (runner.run_dir / "checkpoints").iterdir() if p.name.isdigit())
+    assert kept == ["2", "3"]
+    second = runner.run_dir / "checkpoints" / "2"
+    assert restore_checkpoint(second, runner.policy, "cpu", {})["iteration"] == 2  # whole, checksums too
 
 
 def test_cleanrl_details_keep_the_first_ratio_one_and_save_the_running_stats(tmp_path):
