@@ -1,12 +1,13 @@
-"""kill -9 at seeded random points of `embodrl train`, `sft` and `collect`, then resume or reopen, and check.
+"""kill -9 at seeded random points of `embodrl train`, `sft`, `collect` and `deploy`, then resume or reopen.
 
 Per kill: start the command, SIGKILL it after a random delay drawn over the uninterrupted run's duration,
 then `--resume` the run to its end (a run killed before its first save starts over) and compare it with an
 uninterrupted run: every metrics.jsonl line's deterministic values and the final weights' checksum must be
 equal. A killed `collect` must leave a folder that reads as a LeRobot dataset whose every episode decodes
-(or no folder at all), which `collect --resume` then completes.
+(or no folder at all), which `collect --resume` then completes; a killed `deploy` (the stand-in robot
+recording every episode) must leave a recording that reads.
 
-    python benchmarks/kill_test.py --kills 20 --kinds train sft collect --out kill_test.json
+    python benchmarks/kill_test.py --kills 20 --kinds train sft collect deploy --out kill_test.json
 
 Prints one row per kill and a summary; exits 1 when any kill leaves a run that cannot resume, resumes
 differently, or a dataset that does not read.
@@ -38,7 +39,8 @@ RL = [
     "train.videos=0",
 ]
 REACH = ["env.task=reach", "env.num_envs=2", "env.max_episode_steps=20", "policy.obs_keys=[state]"]
-DEMOS = 12  # episodes a collect run keeps
+KINDS = ("train", "sft", "collect", "deploy")
+DEMOS = 12  # episodes a collect run keeps, and a deploy run records
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 # values that repeat exactly in a resumed run (timings do not)
 EXACT_KEYS = {
@@ -60,7 +62,18 @@ def embodrl(*args: str) -> list[str]:
     return [sys.executable, "-m", "embodrl.cli", *args]
 
 
-def command(kind: str, root: Path, dataset: Path) -> list[str]:
+def command(kind: str, root: Path, dataset: Path, checkpoint: Path | None = None) -> list[str]:
+    if kind == "deploy":  # the stand-in robot, recording every episode
+        return embodrl(
+            "deploy",
+            f"policy={checkpoint}",
+            "robot.kind=sim",
+            "robot.task=reach",
+            "fps=50",
+            "max_steps=20",
+            f"episodes={DEMOS}",
+            f"record_dir={root / 'recording'}",
+        )
     if kind == "train":
         return embodrl("train", *RL, "train.iterations=12", "train.save_every=1", f"run_root={root}")
     if kind == "sft":
@@ -99,22 +112,19 @@ def fingerprint(run_dir: Path, kind: str) -> tuple[list[dict], str]:
 
 
 def check_dataset(folder: Path) -> str | None:
-    """None when `folder` reads as a dataset whose every episode and frame loads; else what fails."""
-    from embodrl.data.lerobot_dataset import LeRobotDataset
+    """None when `folder` is a valid dataset whose every video decodes (`embodrl check-dataset`); else what
+    is wrong."""
+    from embodrl.data.dataset_check import check_dataset as check
 
-    try:
-        ds = LeRobotDataset(folder)
-        for e in range(ds.num_episodes):
-            start, end = ds.episode_range(e)
-            ds.frame(start), ds.frame(end - 1)
-        return None
-    except Exception as error:  # noqa: BLE001 - any failure is the finding
-        return f"{type(error).__name__}: {error}"
+    report = check(folder)
+    return None if report.ok else "; ".join(report.problems)
 
 
 def first_output(root: Path, kind: str) -> Path | None:
     """What a run writes first once it works: metrics.jsonl, or the dataset's first data file."""
-    pattern = "demos/data/*/*.parquet" if kind == "collect" else "*/*/metrics.jsonl"
+    pattern = {"collect": "demos/data/*/*.parquet", "deploy": "recording/data/*/*.parquet"}.get(
+        kind, "*/*/metrics.jsonl"
+    )
     return next(iter(root.glob(pattern)), None)
 
 
@@ -136,7 +146,13 @@ def timed_reference(cmd: list[str], root: Path, kind: str) -> tuple[float, float
 
 
 def kill_once(
-    kind: str, seed: int, work: Path, dataset: Path, reference, window: tuple[float, float]
+    kind: str,
+    seed: int,
+    work: Path,
+    dataset: Path,
+    reference,
+    window: tuple[float, float],
+    checkpoint: Path | None = None,
 ) -> Kill:
     root = work / f"{kind}-{seed}"
     shutil.rmtree(root, ignore_errors=True)
@@ -145,7 +161,7 @@ def kill_once(
     first, total = window
     after = random.Random(seed).uniform(0.8 * first, 1.05 * total)
     process = subprocess.Popen(
-        command(kind, root, dataset),
+        command(kind, root, dataset, checkpoint),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=ONE_THREAD,
@@ -155,6 +171,11 @@ def kill_once(
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGKILL)
         process.wait()
+    if kind == "deploy":  # the recording of the episodes that ended reads whole (or nothing was recorded)
+        folder = root / "recording"
+        problem = check_dataset(folder) if folder.exists() else None
+        outcome = "recording valid" if folder.exists() else "nothing recorded yet"
+        return Kill(kind, seed, after, problem or outcome, problem is None)
     if kind == "collect":  # the killed folder reads; `collect --resume` then completes it
         folder = root / "demos"
         if folder.exists():
@@ -195,7 +216,9 @@ def kill_once(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kinds", nargs="+", default=["train", "sft", "collect"])
+    parser.add_argument(
+        "--kinds", nargs="+", default=["train", "sft", "collect", "deploy"], choices=list(KINDS)
+    )
     parser.add_argument("--kills", type=int, default=20, help="kill points per kind")
     parser.add_argument("--seed", type=int, default=0, help="first kill point's seed")
     parser.add_argument("--out", help="write every kill as JSON here")
@@ -205,16 +228,22 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         dataset = work / "reach_demos"
         run(embodrl("collect", *REACH, "--out", str(dataset), "--episodes-per-task", "4"))
+        checkpoint = None
+        if "deploy" in args.kinds:  # a policy to deploy: an SFT run on the demos
+            run(command("sft", work / "policy", dataset))
+            checkpoint = run_folder(work / "policy") / "checkpoints" / "last" / "policy"
         for kind in args.kinds:
             reference_root = work / f"{kind}-reference"
             reference_root.mkdir()
-            window = timed_reference(command(kind, reference_root, dataset), reference_root, kind)
-            reference = None if kind == "collect" else fingerprint(run_folder(reference_root), kind)
+            reference_cmd = command(kind, reference_root, dataset, checkpoint)
+            window = timed_reference(reference_cmd, reference_root, kind)
+            exact = kind in EXACT_KEYS
+            reference = fingerprint(run_folder(reference_root), kind) if exact else None
             print(
                 f"{kind}: uninterrupted run {window[1]:.1f} s, first output at {window[0]:.1f} s", flush=True
             )
             for seed in range(args.seed, args.seed + args.kills):
-                kill = kill_once(kind, seed, work, dataset, reference, window)
+                kill = kill_once(kind, seed, work, dataset, reference, window, checkpoint)
                 kills.append(kill)
                 print(f"  kill at {kill.after_s:5.2f} s (seed {seed}): {kill.outcome}", flush=True)
     failed = [k for k in kills if not k.ok]
