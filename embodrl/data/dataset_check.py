@@ -86,7 +86,7 @@ def check_dataset(root: str | Path, repair: bool = False, quick: bool = False) -
         report.problems.append(f"info.json says {info.get('total_frames')} frames, the data {ds.num_frames}")
     _check_episodes(ds, report)
     missing = [k for k, ft in ds.features.items() if ft["dtype"] in fmt.NUMERIC_DTYPES and k not in ds.stats]
-    if missing:
+    if missing and ds.num_episodes:
         report.problems.append(f"meta/stats.json lacks {missing}")
     if not quick:
         for key in ds.camera_keys:
@@ -121,6 +121,10 @@ def _remove_or_report(report: DatasetReport, root: Path, files: list[Path], repa
 
 def _check_episodes(ds: LeRobotDataset, report: DatasetReport) -> None:
     """Contiguous frame ranges, lengths, and each frame's episode index, frame index and task."""
+    if ds.num_episodes == 0:  # a writer that stopped before its first episode: valid, empty
+        if ds.num_frames:
+            report.problems.append(f"{ds.num_frames} frames but no episode lists them")
+        return
     bounds = np.asarray([ds.episode_range(e) for e in range(ds.num_episodes)]).reshape(-1, 2)
     if len(bounds) and (bounds[0, 0] != 0 or np.any(bounds[1:, 0] != bounds[:-1, 1])):
         report.problems.append("episode frame ranges are not contiguous from 0")

@@ -53,3 +53,9 @@ def test_a_damaged_video_is_named(tmp_path):
     report = check_dataset(root)
     assert not report.ok and "does not decode" in report.problems[0]
     assert check_dataset(root, quick=True).ok  # --quick does not decode
+
+
+def test_a_dataset_stopped_before_its_first_episode_is_valid_and_empty(tmp_path):
+    LeRobotDatasetWriter(tmp_path / "ds", FPS, FEATURES)  # killed before any episode: meta only
+    report = check_dataset(tmp_path / "ds")
+    assert report.ok and report.episodes == 0
