@@ -111,13 +111,13 @@ def fingerprint(run_dir: Path, kind: str) -> tuple[list[dict], str]:
     return rows, manifest["policy/model.safetensors"]["sha256"]
 
 
-def check_dataset(folder: Path) -> str | None:
-    """None when `folder` is a valid dataset whose every video decodes (`embodrl check-dataset`); else what
-    is wrong."""
+def check_dataset(folder: Path) -> tuple[str | None, str]:
+    """(what is wrong, or None; what was repaired) for the dataset at `folder`, after what a user does next:
+    `embodrl check-dataset --repair` (it removes the files of an episode the kill cut short)."""
     from embodrl.data.dataset_check import check_dataset as check
 
-    report = check(folder)
-    return None if report.ok else "; ".join(report.problems)
+    report = check(folder, repair=True)
+    return (None if report.ok else "; ".join(report.problems)), "; ".join(report.repaired)
 
 
 def first_output(root: Path, kind: str) -> Path | None:
@@ -173,26 +173,31 @@ def kill_once(
         process.wait()
     if kind == "deploy":  # the recording of the episodes that ended reads whole (or nothing was recorded)
         folder = root / "recording"
-        problem = check_dataset(folder) if folder.exists() else None
-        outcome = "recording valid" if folder.exists() else "nothing recorded yet"
+        if not folder.exists():
+            return Kill(kind, seed, after, "nothing recorded yet", True)
+        problem, repaired = check_dataset(folder)
+        outcome = f"recording valid{' after check-dataset --repair: ' + repaired if repaired else ''}"
         return Kill(kind, seed, after, problem or outcome, problem is None)
     if kind == "collect":  # the killed folder reads; `collect --resume` then completes it
         folder = root / "demos"
+        repaired = ""
         if folder.exists():
-            problem = check_dataset(folder)
+            problem, repaired = check_dataset(folder)
             if problem:
                 return Kill(kind, seed, after, f"killed dataset does not read: {problem}", False)
         try:
             if folder.exists():
                 resume = [a if a != "--out" else "--resume" for a in command(kind, root, dataset)]
                 run(resume)
-                outcome = "valid, resumed to a valid whole"
+                outcome = (
+                    f"valid{' after --repair (' + repaired + ')' if repaired else ''}, resumed to a whole"
+                )
             else:
                 run(command(kind, root, dataset))
                 outcome = "no dataset yet, started over"
         except Exception as error:  # noqa: BLE001
             return Kill(kind, seed, after, f"could not resume: {error}", False)
-        problem = check_dataset(folder)
+        problem, _ = check_dataset(folder)
         from embodrl.data.lerobot_dataset import LeRobotDataset
 
         if problem is None and LeRobotDataset(folder).num_episodes != DEMOS:
