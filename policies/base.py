@@ -225,6 +225,15 @@ class Policy(nn.Module, ABC):
         target = torch.cat([self.normalizers[k](batch[k].float()) for k in keys], dim=-1)
         return weight * (self.aux_head(features.float()) - target).pow(2).mean()
 
+    def _critic_inputs_absent(self, obs: TensorDict) -> bool:
+        """Whether `obs` lacks a key that only the critic reads: a served policy on a robot, which observes
+        no privileged simulator state. act() then gives NaN values instead of failing; training never
+        meets it (build_policy checks that the env observes every key)."""
+        return self.value_encoder is not None and any(k not in obs.keys() for k in self.cfg.value_obs_keys)
+
     def _value(self, obs: TensorDict, features: torch.Tensor | None) -> torch.Tensor:
-        """V(s) [N] from the actor's `features`, or from the value encoder (then `features` may be None)."""
+        """V(s) [N] from the actor's `features`, or from the value encoder (then `features` may be None);
+        NaN where the critic's own inputs are absent (see `_critic_inputs_absent`)."""
+        if self._critic_inputs_absent(obs):
+            return torch.full(obs.batch_size[:1], float("nan"), device=self.device)
         return self.critic(features if self.value_encoder is None else self.value_encoder(obs))

@@ -94,7 +94,7 @@ class AutoregressivePolicy(VLAPolicy):
     def _prefix_value(self, obs: TensorDict, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """V from the critic's own encoder, else from the actor's features (mask None: already pooled)."""
         if self.value_encoder is not None:
-            return self.critic(self.value_encoder(obs))
+            return self._value(obs, None)
         return self.critic(hidden if mask is None else pool(hidden, mask))
 
     def _sampling_params(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:

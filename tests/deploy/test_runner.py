@@ -12,8 +12,16 @@ from embodrl.policies.config import PolicyConfig
 from embodrl.policies.registry import make_policy
 
 
-def _save(tmp_path, obs_keys=("rgb", "state")):
-    cfg = PolicyConfig(family="gaussian", chunk_size=4, action_dim=7, obs_keys=obs_keys)
+def _save(tmp_path, obs_keys=("rgb", "state"), family="gaussian", value_obs_keys=()):
+    normalization = "quantile" if family == "diffusion" else "mean_std"
+    cfg = PolicyConfig(
+        family=family,
+        chunk_size=4,
+        action_dim=7,
+        obs_keys=obs_keys,
+        value_obs_keys=value_obs_keys,
+        action_normalization=normalization,
+    )
     policy = make_policy(cfg, {"rgb": (16, 16, 3), "state": (5,), "privileged": (3,)})
     policy.save_pretrained(tmp_path)
     return policy
@@ -42,3 +50,14 @@ def test_policy_reading_privileged_state_is_refused(tmp_path):
     _save(tmp_path, obs_keys=("state", "privileged"))
     with pytest.raises(UserError, match="privileged"):
         CheckpointRunner(tmp_path)
+
+
+@pytest.mark.parametrize("family", ["gaussian", "flow", "diffusion"])
+def test_a_checkpoint_whose_critic_reads_privileged_state_is_served_without_it(tmp_path, family):
+    """The pick_image_dppo recipe's critic reads `privileged`: once, the server started and then failed
+    every request; the robot never sends it and the served action needs no value."""
+    _save(tmp_path, obs_keys=("state",), family=family, value_obs_keys=("state", "privileged"))
+    runner = CheckpointRunner(tmp_path)
+    assert "privileged" not in runner.input_spec
+    actions = runner.infer_batch([{"state": np.linspace(-1, 1, 5).astype(np.float32)}])
+    assert actions.shape == (1, 4, 7) and np.all(np.isfinite(actions))

@@ -99,6 +99,12 @@ def test_ratio_is_one_with_images_task_ids_and_a_privileged_critic(variant):
     changed = obs.clone()
     changed["privileged"] = changed["privileged"] + 1.0
     assert not torch.allclose(policy.value(changed), out.value)  # the critic reads `privileged`
+    # served on a robot, which observes no privileged state: the same actions, no value (NaN)
+    torch.manual_seed(3)
+    expected = policy.act(obs, deterministic=True)
+    torch.manual_seed(3)
+    served = policy.act(obs.exclude("privileged"), deterministic=True)
+    assert torch.equal(served.actions, expected.actions) and served.value.isnan().all()
 
 
 @pytest.mark.parametrize("vision", ["frozen", "full"])
