@@ -19,7 +19,7 @@ def serve(checkpoint: str, cfg: ServerConfig) -> None:
 
     runner = CheckpointRunner(checkpoint, device=cfg.device)
     logger.info(
-        "serving %s (%s, chunks [%d, %d])",
+        "loaded %s (%s, chunks [%d, %d])",
         checkpoint,
         runner.family,
         runner.action_horizon,

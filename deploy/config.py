@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from embodrl.choices import check_choice, check_positive
@@ -11,6 +12,7 @@ from embodrl.structured import load_structured
 CHUNK_MODES = ("open_loop", "blend", "rtc")
 ROBOT_KINDS = ("sim", "lerobot", "franka")
 ACTION_TYPES = ("delta", "absolute")
+API_KEY_VARIABLE = "EMBODRL_API_KEY"  # the server's and the client's key, when not given in the config
 
 
 @dataclass
@@ -38,7 +40,8 @@ class ServerConfig:
 
     host: str = "127.0.0.1"  # "0.0.0.0" to accept robots on other machines
     port: int = 8000  # openpi's default; 0 picks a free port
-    api_key: str | None = None  # when set, clients must send `Authorization: Api-Key <key>`
+    # when set, clients must send `Authorization: Api-Key <key>`; unset: the EMBODRL_API_KEY variable
+    api_key: str | None = None
     max_message_bytes: int = 32 * 2**20  # larger frames close the connection (code 1009)
     request_timeout_s: float = 30.0  # a request not answered by then gets an error reply
     max_batch_size: int = 16  # concurrent requests served by one batched `act`
@@ -55,6 +58,8 @@ class ServerConfig:
         check_positive("server.batch_window_ms", self.batch_window_ms, allow_zero=True)
         if self.api_key == "":
             raise ConfigError("server.api_key is empty; leave it unset (null) or give a non-empty key")
+        if self.api_key is None:  # kept out of command lines and shell histories
+            self.api_key = os.environ.get(API_KEY_VARIABLE) or None
 
 
 @dataclass
@@ -173,7 +178,7 @@ class DeployConfig:
     """`embodrl deploy CONFIG`: the robot-side loop."""
 
     policy: str = ""  # a checkpoint folder (local inference) or ws://host:port (remote server)
-    api_key: str | None = None  # for a remote server that requires one
+    api_key: str | None = None  # for a remote server that requires one; unset: EMBODRL_API_KEY
     fps: float = 10.0
     max_steps: int = 200  # per episode
     episodes: int = 1
@@ -186,6 +191,8 @@ class DeployConfig:
     teleop: TeleopConfig = field(default_factory=TeleopConfig)
 
     def __post_init__(self) -> None:
+        if self.api_key is None:
+            self.api_key = os.environ.get(API_KEY_VARIABLE) or None
         if not self.policy:
             raise ConfigError(
                 "deploy.policy is empty; give a checkpoint folder or ws://host:port of `embodrl serve`"

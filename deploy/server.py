@@ -26,7 +26,7 @@ import numpy as np
 from websockets.asyncio.server import Request, Response, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from embodrl.deploy.config import ServerConfig
+from embodrl.deploy.config import API_KEY_VARIABLE, ServerConfig
 from embodrl.deploy.observations import RequestError, to_observation
 from embodrl.deploy.protocol import ProtocolError, packb, unpackb
 from embodrl.deploy.runner import PolicyRunner
@@ -58,6 +58,15 @@ class ServerStats:
     errors: int = 0
     batches: int = 0
     batched_requests: int = 0  # requests answered by a batch of size > 1
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def client(connection: ServerConnection) -> str:
+    """host:port of a connection's client, for the log."""
+    address = connection.remote_address
+    return f"{address[0]}:{address[1]}" if address else "unknown client"
 
 
 class PolicyServer:
@@ -125,7 +134,14 @@ class PolicyServer:
             server = await self._listen()
             async with server:
                 self.port = server.sockets[0].getsockname()[1]
-                logger.info("policy server listening on %s:%d", self.cfg.host, self.port)
+                logger.info("serving on %s:%d", self.cfg.host, self.port)
+                if self.cfg.api_key is None and self.cfg.host not in LOOPBACK:
+                    logger.warning(
+                        "listening on %s without an API key: any machine that reaches this port can drive "
+                        "the policy; set server.api_key or the %s variable",
+                        self.cfg.host,
+                        API_KEY_VARIABLE,
+                    )
                 started.set()
                 await self._stop.wait()
         finally:
@@ -156,6 +172,7 @@ class PolicyServer:
         if self.cfg.api_key is not None:
             given = request.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Api-Key {self.cfg.api_key}".encode()):
+                logger.warning("refused a connection from %s: missing or wrong Api-Key", client(connection))
                 return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong Api-Key\n")
         return None
 
@@ -174,11 +191,12 @@ class PolicyServer:
                     await ws.send(packb(reply))
                 except TimeoutError:
                     self.stats.errors += 1
-                    await ws.send(
-                        f"error: no actions within server.request_timeout_s={self.cfg.request_timeout_s}"
-                    )
+                    reason = f"no actions within server.request_timeout_s={self.cfg.request_timeout_s}"
+                    logger.warning("refused a request from %s: %s", client(ws), reason)
+                    await ws.send(f"error: {reason}")
                 except (ProtocolError, RequestError, UserError, RuntimeError) as error:
                     self.stats.errors += 1
+                    logger.warning("refused a request from %s: %s", client(ws), error)  # never the payload
                     await ws.send(f"error: {error}")
                 except Exception as error:  # a request we failed to anticipate: answer it, keep serving
                     self.stats.errors += 1

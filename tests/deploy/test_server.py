@@ -1,5 +1,6 @@
 """Policy server + client: round trips, malformed requests, API key, health under load, batching."""
 
+import logging
 import subprocess
 import sys
 import threading
@@ -151,6 +152,33 @@ def test_api_key_is_enforced():
             assert response.status == 200  # health needs no key
     finally:
         srv.stop()
+
+
+def test_refusals_are_logged_with_the_client_and_reason_never_the_payload(caplog):
+    caplog.set_level(logging.INFO, logger="embodrl.deploy.server")
+    srv = _serve(api_key="s3cret")
+    try:
+        assert f"serving on 127.0.0.1:{srv.port}" in caplog.text  # only once bound
+        with pytest.raises(ServerError, match="401"):
+            PolicyClient(_url(srv), api_key="wrong")
+        with PolicyClient(_url(srv), api_key="s3cret") as client, pytest.raises(ServerError):
+            client.infer({**request(), "observation/state": np.full(5, 7.25, np.float32)})  # wrong shape
+    finally:
+        srv.stop()
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 2 and all("from 127.0.0.1:" in line for line in refusals)
+    assert "Api-Key" in refusals[0] and "7.25" not in caplog.text
+
+
+def test_binding_beyond_loopback_without_a_key_warns_and_the_key_may_come_from_the_environment(
+    caplog, monkeypatch
+):
+    caplog.set_level(logging.INFO, logger="embodrl.deploy.server")
+    srv = _serve(host="0.0.0.0")
+    srv.stop()
+    assert "without an API key" in caplog.text
+    monkeypatch.setenv("EMBODRL_API_KEY", "from-env")
+    assert ServerConfig().api_key == "from-env" and ServerConfig(api_key="given").api_key == "given"
 
 
 def test_healthz_and_other_clients_answer_while_inference_is_slow(server):
