@@ -8,6 +8,7 @@ from contextlib import ExitStack
 from embodrl.deploy.config import DeployConfig, RobotConfig, ServerConfig
 from embodrl.deploy.loop import ControlLoop, EpisodeStats, Intervention
 from embodrl.deploy.robot import Robot, connected, make_lerobot_robot
+from embodrl.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,18 @@ def deploy(
 
             intervention = stack.enter_context(keyboard_teleop(cfg, len(robot.action_features)))
         return _run_episodes(cfg, robot, intervention)
+
+
+def check_episodes(results: list[EpisodeStats]) -> None:
+    """A UserError (a non-zero exit) when episodes ended in a safe stop: inference failed or came too late
+    for the watchdog, or the chunks were refused; an operator's script must not read that as success."""
+    stopped = [i for i, stats in enumerate(results) if stats.stop_reason == "safe_stop"]
+    if stopped:
+        errors = sum(results[i].inference_errors for i in stopped)
+        raise UserError(
+            f"{len(stopped)} of {len(results)} episode(s) ended in a safe stop (episodes {stopped}, "
+            f"{errors} inference error(s)); the log says why"
+        )
 
 
 def _run_episodes(cfg: DeployConfig, robot: Robot, intervention: Intervention | None) -> list[EpisodeStats]:

@@ -286,14 +286,16 @@ def cmd_deploy(args: argparse.Namespace) -> None:
     import json
     import logging
 
-    from embodrl.deploy.commands import deploy
+    from embodrl.deploy.commands import check_episodes, deploy
     from embodrl.deploy.config import DeployConfig, load_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     path, overrides = _experiment_and_overrides(args.config)
     cfg = load_config(DeployConfig, path, overrides)
-    for stats in deploy(cfg):
+    results = deploy(cfg)
+    for stats in results:
         print(json.dumps(stats.as_dict()))
+    check_episodes(results)
 
 
 def cmd_convert(args: argparse.Namespace) -> None:

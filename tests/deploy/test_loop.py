@@ -174,3 +174,22 @@ def test_horizon_and_action_size_mismatch_are_refused():
     narrow.action_dim = 2
     with pytest.raises(UserError, match="2-D actions but the robot takes 3"):
         ControlLoop(DeployConfig(policy="local"), FakeRobot(), LocalPolicy(narrow, keys))
+
+
+def test_deploy_exits_non_zero_when_episodes_end_in_a_safe_stop(capsys):
+    """Once, a deploy whose every request failed safe-stopped each episode and exited 0."""
+    from embodrl.cli import main
+
+    class NaNChunks(PolicyRunner):  # shaped for the stand-in robot; every chunk is refused: holds only
+        action_horizon, action_dim = 4, 7
+        input_spec = {"state": InputSpec((17,), "float32"), "instruction": InputSpec((), "str", True)}
+
+        def infer_batch(self, observations: list[dict]) -> np.ndarray:
+            return np.full((len(observations), 4, 7), np.nan, np.float32)
+
+    with PolicyServer(NaNChunks(), ServerConfig(port=0)) as server:
+        args = ["deploy", f"policy=ws://127.0.0.1:{server.port}", "fps=100", "max_steps=40", "episodes=2"]
+        args += ["safety.watchdog_hold_s=0.05", "safety.watchdog_stop_s=0.15"]
+        assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("embodrl deploy: error: 2 of 2 episode(s) ended in a safe stop")
