@@ -7,7 +7,8 @@ same in-process and behind `embodrl serve`.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 import numpy as np
@@ -59,7 +60,10 @@ class BackgroundInference:
 
     def __init__(self, source: ChunkSource) -> None:
         self.source = source
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="embodrl-deploy-infer")
+        # Requests run one at a time (a client's connection is not shared), each on a daemon thread: an
+        # inference that hangs never keeps the process alive after the episodes end.
+        self._one_at_a_time = threading.Lock()
+        self._closed = False
         self._future: Future | None = None
         self._obs_step = 0
         self.errors = 0
@@ -71,7 +75,19 @@ class BackgroundInference:
     def submit(self, request: dict[str, Any], obs_step: int) -> None:
         if self.busy:
             raise RuntimeError("an inference is already in flight")
-        self._future, self._obs_step = self._pool.submit(self.source.infer, request), obs_step
+        future: Future = Future()
+
+        def run() -> None:
+            with self._one_at_a_time:
+                if self._closed or not future.set_running_or_notify_cancel():
+                    return
+                try:
+                    future.set_result(self.source.infer(request))
+                except BaseException as error:  # noqa: BLE001 - handed to the loop through the future
+                    future.set_exception(error)
+
+        threading.Thread(target=run, name="embodrl-deploy-infer", daemon=True).start()
+        self._future, self._obs_step = future, obs_step
 
     def wait(self, timeout_s: float) -> None:
         """Block until the in-flight inference finishes or `timeout_s` passes."""
@@ -98,4 +114,7 @@ class BackgroundInference:
         self._future = None
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Start no more requests; one in flight is abandoned (its daemon thread never blocks the exit)."""
+        self._closed = True
+        if self._future is not None:
+            self._future.cancel()

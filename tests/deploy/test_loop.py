@@ -193,3 +193,26 @@ def test_deploy_exits_non_zero_when_episodes_end_in_a_safe_stop(capsys):
         assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("embodrl deploy: error: 2 of 2 episode(s) ended in a safe stop")
+
+
+def test_a_hung_inference_does_not_keep_the_process_alive():
+    """Once, an inference that never returned kept `embodrl deploy` running after its episodes ended."""
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import time\n"
+        "from embodrl.deploy.inference import BackgroundInference\n"
+        "class Hangs:\n"
+        "    action_horizon, action_dim = 4, 7\n"
+        "    def infer(self, request):\n"
+        "        time.sleep(120)\n"
+        "inference = BackgroundInference(Hangs())\n"
+        "inference.submit({}, 0)\n"
+        "inference.wait(0.2)\n"
+        "inference.close()\n"
+    )
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert time.monotonic() - start < 30
