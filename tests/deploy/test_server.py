@@ -306,3 +306,32 @@ def test_random_requests_are_all_answered(server):
             assert ws.recv(timeout=5) is not None
         ws.send(packb(request()))
         assert isinstance(ws.recv(timeout=5), bytes)
+
+
+def test_the_client_reconnects_with_backoff_to_a_restarted_server():
+    """Once, after a server restart the client never reconnected (20 s of failures, then a safe stop)."""
+    srv = _serve()
+    port = srv.port
+    client = PolicyClient(_url(srv), reconnect_s=0.2, max_reconnect_s=0.4)
+    assert client.infer(request())["actions"].shape == (HORIZON, 3)
+    srv.stop()
+    with pytest.raises(ServerError, match="closed|cannot connect"):
+        client.infer(request())  # the connection is gone
+    with pytest.raises(ServerError):
+        client.infer(request())  # the server is down: tried now, then not before the backoff
+    with pytest.raises(ServerError, match=r"reconnecting to .* \(next try in"):
+        client.infer(request())  # within the backoff: no try, an immediate error (the loop holds)
+    restarted = _serve(port=port)
+    try:
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                reply = client.infer(request())
+                break
+            except ServerError:
+                assert time.monotonic() < deadline, "no reconnection within 5 s"
+                time.sleep(0.05)
+        assert reply["actions"].shape == (HORIZON, 3)
+    finally:
+        client.close()
+        restarted.stop()
