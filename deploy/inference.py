@@ -38,6 +38,7 @@ class LocalPolicy:
     def __init__(self, runner: PolicyRunner, keys: ObservationKeys) -> None:
         self.runner, self.keys = runner, keys
         self.action_horizon, self.action_dim = runner.action_horizon, runner.action_dim
+        self.input_names = tuple(runner.input_spec)
 
     def infer(self, request: dict[str, Any]) -> np.ndarray:
         return self.runner.infer_batch([to_observation(request, self.keys, self.runner.input_spec)])[0]
@@ -50,6 +51,7 @@ class RemotePolicy:
         self.client = client
         self.action_horizon = int(client.metadata.get("action_horizon", 0))
         self.action_dim = int(client.metadata.get("action_dim", 0))
+        self.input_names = tuple(client.metadata.get("inputs", {}))  # () from servers that do not say
 
     def infer(self, request: dict[str, Any]) -> np.ndarray:
         return np.asarray(self.client.infer(request)["actions"])

@@ -176,10 +176,14 @@ class ControlLoop:
             self.recorder.close()
 
 
+CAMERA_SETTINGS = {"rgb": "robot.camera", "wrist_rgb": "robot.wrist_camera"}  # policy input -> robot setting
+
+
 def check_compatible(cfg: DeployConfig, source: ChunkSource, robot_action_dim: int) -> None:
     """Refuse to run a policy whose chunk or action size differs from the deploy config / robot.
 
     A size of 0 is unknown (an openpi server that does not report it): the first chunk is checked instead.
+    A camera the policy reads must be named by its robot setting (else every request would lack it).
     """
     if source.action_horizon and source.action_horizon != cfg.chunk.action_horizon:
         raise UserError(
@@ -191,4 +195,15 @@ def check_compatible(cfg: DeployConfig, source: ChunkSource, robot_action_dim: i
         raise UserError(
             f"the policy outputs {source.action_dim}-D actions but the robot takes {robot_action_dim} "
             "(its action_features); deploy a policy trained for this robot's action space"
+        )
+    inputs = getattr(source, "input_names", ())
+    unset = [
+        f"{setting} (the policy reads {key})"
+        for key, setting in CAMERA_SETTINGS.items()
+        if key in inputs and not getattr(cfg.robot, setting.split(".")[1])
+    ]
+    if unset:
+        raise UserError(
+            f"set {' and '.join(unset)}: the robot's camera feature that feeds it (robot.kind=sim: rgb, "
+            "wrist_rgb; a LeRobot robot: its camera's name)"
         )

@@ -216,3 +216,14 @@ def test_a_hung_inference_does_not_keep_the_process_alive():
     start = time.monotonic()
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     assert time.monotonic() - start < 30
+
+
+def test_an_image_policy_without_robot_camera_is_refused_at_start(tmp_path):
+    """Once, deploy warned every tick that the request lacked the image, then exited 0."""
+    from embodrl.policies.config import PolicyConfig
+    from embodrl.policies.registry import make_policy
+
+    cfg = PolicyConfig(family="gaussian", chunk_size=4, action_dim=7, obs_keys=("rgb", "state"))
+    make_policy(cfg, {"rgb": (64, 64, 3), "state": (17,)}).save_pretrained(tmp_path)
+    with pytest.raises(UserError, match=r"set robot.camera \(the policy reads rgb\)"):
+        deploy(DeployConfig(policy=str(tmp_path), **FAST))
