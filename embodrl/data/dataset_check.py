@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from embodrl.data import lerobot_format as fmt
-from embodrl.data.lerobot_dataset import LeRobotDataset
+from embodrl.data.lerobot_dataset import LeRobotDataset, locate_dataset
 from embodrl.data.lerobot_writer import complete_finalize
 from embodrl.errors import UserError
 
@@ -56,9 +56,10 @@ def unlisted_files(root: Path, listed_frames: int) -> list[Path]:
 def check_dataset(root: str | Path, repair: bool = False, quick: bool = False) -> DatasetReport:
     """What is wrong with the dataset at `root` (and, with `repair`, what was fixed)."""
     report = DatasetReport(Path(root))
-    root = report.root
-    if not root.is_dir():
-        report.problems.append("the folder does not exist")
+    try:
+        root = report.root = locate_dataset(root)  # a folder, or a repo id in LeRobot's cache
+    except UserError as error:
+        report.problems.append(str(error))
         return report
     if complete_finalize(root):  # a committed journal: every reader carries it through
         report.repaired.append("finished (or dropped) the consolidation an interrupted run left")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 from collections import OrderedDict
 from pathlib import Path
 
@@ -23,6 +24,29 @@ __all__ = ["LeRobotDataset", "LeRobotDatasetWriter"]
 log = logging.getLogger(__name__)
 
 
+def lerobot_home() -> Path:
+    """Where LeRobot keeps datasets by repo id: $HF_LEROBOT_HOME, else $HF_HOME/lerobot, else
+    ~/.cache/huggingface/lerobot (LeRobot's own rule)."""
+    if os.environ.get("HF_LEROBOT_HOME"):
+        return Path(os.environ["HF_LEROBOT_HOME"]).expanduser()
+    hf_home = os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface"
+    return Path(hf_home).expanduser() / "lerobot"
+
+
+def locate_dataset(name: str | Path) -> Path:
+    """A dataset folder, or a repo id ("user/name") of one in LeRobot's local cache; nothing is downloaded."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    cached = lerobot_home() / str(name)
+    looked = f"no folder {path}"
+    if not path.is_absolute() and "/" in str(name):
+        if cached.is_dir():
+            return cached
+        looked += f", nor {cached} (a repo id in LeRobot's cache, HF_LEROBOT_HOME)"
+    raise UserError(f"dataset {name} not found: {looked}; nothing is downloaded at run time")
+
+
 class LeRobotDataset:
     """A LeRobotDataset v3.0 folder held in memory (numeric columns) with videos decoded on demand.
 
@@ -31,9 +55,7 @@ class LeRobotDataset:
     """
 
     def __init__(self, root: str | Path, video_cache_episodes: int = 32, tolerance_s: float = 1e-4):
-        self.root = Path(root)
-        if not self.root.is_dir():
-            raise UserError(f"dataset folder {self.root} does not exist")
+        self.root = locate_dataset(root)
         # A finalize that a kill interrupted is a committed journal: carry it through (or drop it) first.
         if complete_finalize(self.root):
             log.warning("%s: finished the consolidation that an interrupted collection left", self.root)

@@ -401,5 +401,17 @@ def test_a_kill_at_any_rename_of_finalize_leaves_a_dataset_that_reads_whole(tmp_
 
 
 def test_a_missing_dataset_folder_is_named():
-    with pytest.raises(UserError, match="dataset folder /nonexistent/ds does not exist"):
+    with pytest.raises(UserError, match="dataset /nonexistent/ds not found: no folder /nonexistent/ds;"):
         LeRobotDataset("/nonexistent/ds")
+
+
+def test_a_repo_id_is_found_in_lerobots_cache_and_a_missing_one_says_where_it_looked(
+    written, tmp_path, monkeypatch
+):
+    import shutil
+
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "home"))
+    shutil.copytree(written[0], tmp_path / "home" / "someone" / "reach_demos")
+    assert LeRobotDataset("someone/reach_demos").num_episodes == LeRobotDataset(written[0]).num_episodes
+    with pytest.raises(UserError, match=r"someone/other not found: no folder .* nor .*home/someone/other"):
+        LeRobotDataset("someone/other")
