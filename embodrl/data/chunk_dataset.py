@@ -42,7 +42,8 @@ class ActionChunkDataset(Dataset):
             wanted = {k: self.key_map.get(k, k) for k in missing}
             raise UserError(
                 f"dataset {dataset.root} lacks features {wanted}; it has {sorted(dataset.features)} "
-                "(collect with the obs keys the policy reads, or map keys with key_map)"
+                "(collect with the obs keys the policy reads, or map them with sft.key_map, e.g. "
+                "'sft.key_map={rgb: observation.images.front}')"
             )
         self.obs_keys = tuple(obs_keys)
         self.actions = dataset.column(ACTION_KEY).astype(np.float32)  # [F, A]

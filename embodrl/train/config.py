@@ -1,6 +1,6 @@
 """Training-loop configuration (torch-free; composed into the experiment config as `train`)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from embodrl.choices import check_choice, check_positive
 
@@ -75,6 +75,9 @@ class SFTConfig:
     save_every: int = 1000
     keep_best: bool = True  # checkpoints/best and its held-out evaluation, as train.keep_best
     num_workers: int = 0  # DataLoader worker processes
+    # Which dataset feature feeds a policy input, where the names differ from embodrl's defaults
+    # (observation.images.main, observation.state, ...), e.g. {rgb: observation.images.front}.
+    key_map: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_choice("sft.precision", self.precision, PRECISIONS)

@@ -73,6 +73,7 @@ class SFTRunner(Runner):
             obs_keys=[k for k in self.policy.cfg.normalized_keys if k != "task_id"],
             action_dim=self.policy.cfg.action_dim,
             instruction_table=self.env.instruction_table,
+            key_map=sft.key_map,
         )
         frames = first_episodes_frames(dataset, sft.max_episodes)
         self.num_samples = len(frames)

@@ -8,6 +8,7 @@ import torch
 
 from embodrl.config import compose, make_run_dir
 from embodrl.data.shuffled_batches import ShuffledBatches
+from embodrl.errors import UserError
 from embodrl.train.collect import CollectConfig, collect_demos
 from embodrl.train.logger import read_metrics
 from embodrl.train.sft_runner import SFTRunner
@@ -90,3 +91,19 @@ def test_a_resumed_sft_run_logs_and_ends_as_the_uninterrupted_one(tmp_path, demo
     assert [r["sft/loss"] for r in got] == [r["sft/loss"] for r in expected]
     for name, value in straight.policy.state_dict().items():
         assert torch.equal(resumed.policy.state_dict()[name], value), name
+
+
+def test_sft_key_map_names_the_dataset_feature_that_feeds_an_input(tmp_path, demos):
+    cfg = compose(
+        None,
+        [
+            *BASE,
+            *SFT,
+            f"sft.dataset={demos}",
+            f"run_root={tmp_path}",
+            "sft.key_map={state: observation.joints}",
+        ],
+    )
+    assert cfg.sft.key_map == {"state": "observation.joints"}
+    with pytest.raises(UserError, match=r"lacks features \{'state': 'observation.joints'\}.*sft.key_map"):
+        SFTRunner(cfg, make_run_dir(cfg))
