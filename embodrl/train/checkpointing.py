@@ -120,6 +120,14 @@ def save_checkpoint(
     return directory
 
 
+def link_or_copy(source: str, target: str) -> None:
+    """A hard link (no extra disk), or a copy where the filesystem has none."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 def keep_copy(directory: Path, number: int, keep: int) -> None:
     """Keep checkpoint `directory` also as `<its parent>/<number>/` (hard links), and only the `keep` highest
     numbered such copies."""
@@ -128,7 +136,7 @@ def keep_copy(directory: Path, number: int, keep: int) -> None:
         return
     if copy.exists():
         shutil.rmtree(copy)
-    shutil.copytree(directory, copy, copy_function=os.link)
+    shutil.copytree(directory, copy, copy_function=link_or_copy)
     numbered = sorted((p for p in directory.parent.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     for old in numbered[:-keep]:
         shutil.rmtree(old)
