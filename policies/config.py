@@ -175,7 +175,6 @@ _NOT_FROM_CHECKPOINT = (
     "gradient_checkpointing",
     "cache_frozen_prefix",
     "logprob_type",  # how RL groups the log-probs for its ratio; no weight depends on it
-    "state_noise_std",  # an SFT augmentation; no weight depends on it
     "sft_aux_weight",  # a training setting: fine-tuning a pretrained base may drop its auxiliary loss
 )
 

@@ -38,6 +38,7 @@ def prepare_finetuning(policy: nn.Module, cfg: PolicyConfig) -> nn.Module:
         gradient_checkpointing=cfg.gradient_checkpointing,
         cache_frozen_prefix=cfg.cache_frozen_prefix,
         logprob_type=cfg.logprob_type,
+        sft_aux_weight=cfg.sft_aux_weight,
     )
     return policy
 

@@ -50,3 +50,23 @@ def test_a_fine_tuning_run_groups_a_checkpoints_logprobs_as_it_asks(tmp_path):
     assert policy.cfg.logprob_type == "chunk"
     assert policy.act(env.reset()).logprob.shape == (2,)  # one log-prob per decision, not [2, C, A]
     env.close()
+
+
+def test_a_fine_tuning_run_sets_its_own_auxiliary_weight_and_keeps_the_checkpoints_state_noise(
+    tmp_path, caplog
+):
+    """A base pretrained with policy.sft_aux_keys is fine-tuned with its own sft_aux_weight (0 drops the
+    auxiliary loss); state_noise_std is built into the encoders, so the checkpoint's value stays, named in
+    the warning as image_shift would be."""
+    overrides = ["env.num_envs=2", "device=cpu", "policy.sft_aux_keys=[privileged]"]
+    cfg = compose("pick_flow_noise", [*overrides, "policy.state_noise_std=0.2"])
+    env = make_env(cfg.env)
+    build_policy(cfg, env).save_pretrained(tmp_path)
+    cfg = compose(
+        "pick_flow_noise",
+        [*overrides, "policy.sft_aux_weight=0", "policy.state_noise_std=0.5", f"policy.init_from={tmp_path}"],
+    )
+    policy = build_policy(cfg, env)
+    assert policy.cfg.sft_aux_weight == 0.0 and policy.cfg.state_noise_std == 0.2
+    assert "state_noise_std=0.5 (checkpoint: 0.2)" in caplog.text
+    env.close()
