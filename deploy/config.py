@@ -15,6 +15,11 @@ ACTION_TYPES = ("delta", "absolute")
 API_KEY_VARIABLE = "EMBODRL_API_KEY"  # the server's and the client's key, when not given in the config
 
 
+def api_key_or_environment(api_key: str | None) -> str | None:
+    """The configured key, else EMBODRL_API_KEY's (which keeps it out of command lines and histories)."""
+    return api_key if api_key is not None else os.environ.get(API_KEY_VARIABLE) or None
+
+
 @dataclass
 class ObservationKeys:
     """Request keys (openpi's names by default) that feed each embodrl observation key."""
@@ -58,8 +63,7 @@ class ServerConfig:
         check_positive("server.batch_window_ms", self.batch_window_ms, allow_zero=True)
         if self.api_key == "":
             raise ConfigError("server.api_key is empty; leave it unset (null) or give a non-empty key")
-        if self.api_key is None:  # kept out of command lines and shell histories
-            self.api_key = os.environ.get(API_KEY_VARIABLE) or None
+        self.api_key = api_key_or_environment(self.api_key)
 
 
 @dataclass
@@ -191,8 +195,7 @@ class DeployConfig:
     teleop: TeleopConfig = field(default_factory=TeleopConfig)
 
     def __post_init__(self) -> None:
-        if self.api_key is None:
-            self.api_key = os.environ.get(API_KEY_VARIABLE) or None
+        self.api_key = api_key_or_environment(self.api_key)
         if not self.policy:
             raise ConfigError(
                 "deploy.policy is empty; give a checkpoint folder or ws://host:port of `embodrl serve`"

@@ -57,6 +57,16 @@ def complete_finalize(root: Path) -> bool:
     return True
 
 
+def read_episode_rows(root: Path) -> list[dict]:
+    """The episodes table of the dataset at `root` (meta/episodes only, no data), one dict per episode; an
+    interrupted finalize is completed first, as every reader does."""
+    complete_finalize(root)
+    rows = []
+    for path in sorted((root / "meta" / "episodes").glob("*/*.parquet")):
+        rows += pq.read_table(path).to_pylist()
+    return sorted(rows, key=lambda row: row["episode_index"])
+
+
 def is_consolidated(rows: list[dict]) -> bool:
     """Whether episodes-table `rows` describe finalized files (several episodes per file), not the one file
     per episode that an unfinished writer leaves."""
@@ -105,7 +115,7 @@ class LeRobotDatasetWriter:
         """A writer that appends to the unfinished dataset at `root` (its episodes saved one file each, as an
         interrupted writer leaves them); a finalized dataset is refused."""
         root = Path(root)
-        complete_finalize(root)
+        rows = read_episode_rows(root)
         info_path = root / fmt.INFO_PATH
         if not info_path.is_file():
             raise UserError(f"{root} is not a dataset this writer started ({fmt.INFO_PATH} is missing)")
@@ -120,10 +130,6 @@ class LeRobotDatasetWriter:
         writer.tasks = fmt.read_tasks(tasks_path) if tasks_path.is_file() else []
         writer._buffer = {k: [] for k in writer.features}
         writer._finalized = False
-        rows = []
-        for path in sorted((root / "meta" / "episodes").glob("*/*.parquet")):
-            rows += pq.read_table(path).to_pylist()
-        rows.sort(key=lambda row: row["episode_index"])
         if is_consolidated(rows):
             raise UserError(f"{root} is a finished dataset (its episodes are consolidated); write a new one")
         writer._episode_rows = [pa.Table.from_pylist([row]) for row in rows]
@@ -151,10 +157,6 @@ class LeRobotDatasetWriter:
     @property
     def num_episodes(self) -> int:
         return len(self._episode_rows)
-
-    def episode_rows(self) -> list[dict]:
-        """The episodes table so far, one dict per episode (index, task, length, the caller's info)."""
-        return [table.to_pylist()[0] for table in self._episode_rows]
 
     def _numeric_features(self) -> dict[str, dict]:
         user = {k: ft for k, ft in self.features.items() if ft["dtype"] != "video"}

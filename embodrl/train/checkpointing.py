@@ -131,9 +131,9 @@ def link_or_copy(source: str, target: str) -> None:
 def keep_copy(directory: Path, number: int, keep: int) -> None:
     """Keep checkpoint `directory` also as `<its parent>/<number>/` (hard links), and only the `keep` highest
     numbered such copies."""
-    copy = directory.parent / str(number)
     if keep <= 0:
         return
+    copy = directory.parent / str(number)
     if copy.exists():
         shutil.rmtree(copy)
     shutil.copytree(directory, copy, copy_function=link_or_copy)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -13,9 +14,9 @@ from tensordict import TensorDict
 from tqdm import tqdm
 
 from embodrl.choices import check_positive
-from embodrl.data.lerobot_dataset import LeRobotDataset
+from embodrl.data.lerobot_dataset import locate_dataset
 from embodrl.data.lerobot_format import ACTION_KEY, LEROBOT_KEYS
-from embodrl.data.lerobot_writer import LeRobotDatasetWriter, is_consolidated
+from embodrl.data.lerobot_writer import LeRobotDatasetWriter, is_consolidated, read_episode_rows
 from embodrl.data.video import VideoConfig
 from embodrl.errors import UserError
 from embodrl.sims.base import VecEnv
@@ -199,21 +200,6 @@ def tasks_to_collect(env_cfg: EnvConfig, only: tuple[str, ...] = ()) -> tuple[st
     return (None,) if tasks is None else tasks
 
 
-def finished_episodes(root: Path) -> dict[str, int] | None:
-    """Episodes per env_task of the finalized dataset at `root`, or None when it is unfinished."""
-    dataset = LeRobotDataset(root)
-    rows = [
-        dict(zip(dataset.episodes, values, strict=True))
-        for values in zip(*dataset.episodes.values(), strict=True)
-    ]
-    if not rows or not is_consolidated(rows):
-        return None
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row.get("env_task", "")] = counts.get(row.get("env_task", ""), 0) + 1
-    return counts
-
-
 def collect_demos(
     env_cfg: EnvConfig,
     out_dir: str | Path,
@@ -231,28 +217,30 @@ def collect_demos(
     stats = CollectStats(root=Path(out_dir))
     begin = time.perf_counter()
     writer: LeRobotDatasetWriter | None = None
-    done: dict[str, int] = {}  # env_task -> episodes kept before this run (resume)
+    done: Counter[str] = Counter()  # env_task -> episodes kept before this run (resume)
     next_state: dict[str, int] = {}  # env_task -> the initial state to go on from
     if resume:
-        finished = finished_episodes(Path(out_dir))
-        if finished is not None:  # killed after it was finalized: done if it holds what was asked
-            short = {t or env_cfg.suite: finished.get(t or "", 0) for t in tasks}
-            short = {t: n for t, n in short.items() if n < cfg.episodes_per_task}
+        out_dir = locate_dataset(out_dir)
+        rows = read_episode_rows(out_dir)
+        done.update(row.get("env_task", "") for row in rows)
+        if rows and is_consolidated(rows):  # killed after it was finalized: done if it holds what was asked
+            short = {
+                t or env_cfg.suite: done[t or ""] for t in tasks if done[t or ""] < cfg.episodes_per_task
+            }
             if short:
                 raise UserError(
                     f"{out_dir} is a finished dataset with fewer episodes than asked ({short}); collect the "
                     "rest into a new folder"
                 )
-            stats.episodes, stats.frames = 0, LeRobotDataset(out_dir).num_frames
+            stats.frames = sum(row["length"] for row in rows)
             return stats
         writer = LeRobotDatasetWriter.reopen(out_dir, cfg.video)
-        for row in writer.episode_rows():
+        for row in rows:
             task = row.get("env_task", "")
-            done[task] = done.get(task, 0) + 1
             next_state[task] = max(next_state.get(task, 0), int(row["init_state_id"]) + 1)
     bar = None  # opened once the first env and the dataset folder are made: an error there prints alone
     for task in tasks:
-        wanted = cfg.episodes_per_task - done.get(task or "", 0)
+        wanted = cfg.episodes_per_task - done[task or ""]
         if wanted <= 0:
             stats.per_task[task or env_cfg.suite] = (0, 0)
             continue

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from embodrl.config import ExperimentConfig
 from embodrl.policies.lora_config import LoRAConfig
-from embodrl.train.checkpointing import LAST, POLICY_DIR, recover_checkpoint
+from embodrl.train.checkpointing import LAST, POLICY_DIR
 from embodrl.train.rl_runner import OnPolicyRunner
 from embodrl.train.runner import FINAL_EVAL_FILE
 
@@ -34,10 +34,9 @@ def train(cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> dict:
 
         sft_dir = run_dir / SFT_DIR
         if not (sft_dir / FINAL_EVAL_FILE).is_file():  # the SFT stage has not finished
-            recover_checkpoint(sft_dir / LAST)  # a kill mid-save may have left it in last.tmp / last.old
-            sft_started = (sft_dir / LAST).is_dir()
             sft_dir.mkdir(parents=True, exist_ok=True)
-            SFTRunner(sft_stage(cfg), sft_dir, resume=resume and sft_started).learn()
+            # resumes from sft/checkpoints/last, recovering an interrupted save; starts over without one
+            SFTRunner(sft_stage(cfg), sft_dir, resume=resume).learn()
             resume = False  # RL has not started yet
         summary["sft/success"] = json.loads((sft_dir / FINAL_EVAL_FILE).read_text())["success_rate"]
         policy = dataclasses.replace(cfg.policy, init_from=str(sft_dir / LAST / POLICY_DIR))
