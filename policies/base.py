@@ -4,8 +4,9 @@ Generic code never names a family; it asks this class. A family subclasses `Poli
 constructor first (config, observation shapes, chunk shape, normalizers), builds its networks, and
 implements `act`, `evaluate`, `value` and `sft_loss`. Checkpoints (`save_pretrained` /
 `from_pretrained`) are the same folder for every family (policies/checkpoint.py). The hooks
-`transformer_stacks` (memory estimate) and `action_program` (export) have defaults that fit a family
-without transformers and without an exportable action path. docs/architecture.md, "Contracts", shows
+`transformer_stacks` (memory estimate), `action_program` (export) and `act_guided` (guided real-time
+chunking, with its flag `can_guide_chunks`) have defaults that fit a family without transformers,
+without an exportable action path and without guidable sampling. docs/architecture.md, "Contracts", shows
 where each method is called.
 """
 
@@ -45,6 +46,21 @@ class EvalOut:
     logprob: torch.Tensor  # same shape as ActOut.logprob
     entropy: torch.Tensor  # [N] (or broadcastable to logprob)
     value: torch.Tensor  # [N]
+
+
+@dataclass
+class ChunkGuidance:
+    """What `Policy.act_guided` steers a new chunk toward (guided real-time chunking, Black et al. 2025).
+
+    Row i of `prev_actions` is the previous chunk's action for the new chunk's step i, in env units;
+    only the first `overlap` steps of each sample hold one (H - s in the paper). The first `delay` steps
+    (d) will be executed from the previous chunk while the new one is computed, so they are matched
+    hardest; `max_weight` is the guidance weight's cap (beta; 0 samples without guidance)."""
+
+    prev_actions: torch.Tensor  # [N, C, A] float32, env units (rows at and beyond `overlap` ignored)
+    overlap: torch.Tensor  # [N] int64 in [0, C]
+    delay: torch.Tensor  # [N] int64 >= 0
+    max_weight: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -107,6 +123,7 @@ class Policy(nn.Module, ABC):
     """
 
     family: ClassVar[str]  # its name in policies/registry.py, written into every checkpoint
+    can_guide_chunks: ClassVar[bool] = False  # whether `act_guided` works (deploy's chunk.mode=guided_rtc)
 
     def __init__(
         self, cfg: PolicyConfig, obs_shapes: Mapping[str, tuple[int, ...]], device: str = "cpu"
@@ -134,6 +151,14 @@ class Policy(nn.Module, ABC):
     @abstractmethod
     def sft_loss(self, batch: TensorDict) -> torch.Tensor:
         """Behaviour-cloning loss on a batch with observation keys and `action` [B, C, A]."""
+
+    def act_guided(self, obs: TensorDict, guidance: ChunkGuidance) -> torch.Tensor:
+        """Deterministic action chunks [N, C, A] (env units) that continue `guidance.prev_actions`
+        (guided real-time chunking); only families with `can_guide_chunks` implement it."""
+        raise UserError(
+            f"a {self.family} policy cannot steer its chunks toward the previous one (guided real-time "
+            "chunking needs a flow policy); use chunk.mode=rtc, its guidance-free cross-fade"
+        )
 
     def critic_parameters(self) -> list[nn.Parameter]:
         """Parameters trained by the value loss alone (critic learning rate): the modules named

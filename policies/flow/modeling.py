@@ -20,6 +20,7 @@ from embodrl.errors import ConfigError, UserError
 from embodrl.policies.base import (
     ActionProgram,
     ActOut,
+    ChunkGuidance,
     EvalOut,
     ProgramInput,
     TransformerStack,
@@ -30,6 +31,7 @@ from embodrl.policies.flow.action_expert import ActionExpert, expert_shape
 from embodrl.policies.flow.configuration import FlowConfig
 from embodrl.policies.flow.flow_noise import FlowNoiseHead
 from embodrl.policies.flow.flow_sde import FlowSDEHead
+from embodrl.policies.flow.guidance import guided_euler_sample, prefix_weights
 from embodrl.policies.flow.sampling import VelocityFn, euler_sample
 from embodrl.policies.flow.vla_flow import PrefixCache, VLAFlowPrefix
 from embodrl.policies.modules.logprob import reduce_logprob
@@ -77,6 +79,7 @@ class FlowPolicy(VLAPolicy):
     """
 
     family = "flow"
+    can_guide_chunks = True
 
     def __init__(
         self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]], device: str = "cpu"
@@ -204,6 +207,22 @@ class FlowPolicy(VLAPolicy):
             value=self._value(obs, features),
             replay=TensorDict(replay, batch_size=features.shape[:1]),
         )
+
+    @torch.no_grad()
+    def act_guided(self, obs: TensorDict, guidance: ChunkGuidance) -> torch.Tensor:
+        """The deterministic ODE chunk [N, C, A] (env units), inpainted toward the previous chunk's actions
+        (guidance.py). Draws x0 as `act` does: with max_weight = 0 it returns act(deterministic=True)'s
+        actions for the same random state."""
+        image_features = self.encoder.frozen_image_features(obs) if self.encoder is not None else None
+        features, velocity = self.condition(obs, image_features=image_features)
+        x0 = torch.randn(features.shape[0], *self.model_shape, device=features.device)
+        (c, a), (h, d) = self.chunk_shape, self.model_shape
+        prev = guidance.prev_actions.to(device=x0.device, dtype=torch.float32)
+        target = F.pad(self.normalizers["action"](prev), (0, d - a, 0, h - c))  # the model's zero padding
+        steps = prefix_weights(guidance.delay.to(x0.device), guidance.overlap.to(x0.device), h)  # [N, H]
+        weights = steps.unsqueeze(-1) * (torch.arange(d, device=x0.device) < a)  # padded dims unguided
+        x = guided_euler_sample(velocity, x0, self.cfg.flow.num_steps, target, weights, guidance.max_weight)
+        return self.normalizers["action"].unnormalize(self._executed(x))
 
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
         if "chain" not in replay.keys():
