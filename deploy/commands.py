@@ -2,19 +2,37 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any
 
-from embodrl.deploy.config import DeployConfig, RobotConfig, ServerConfig
+from embodrl.deploy.config import (
+    DeployConfig,
+    ObservationKeys,
+    RobotConfig,
+    ServerConfig,
+    dataset_request_keys,
+    robot_camera,
+)
 from embodrl.deploy.loop import ControlLoop, EpisodeStats, Intervention
 from embodrl.deploy.robot import Robot, connected, make_lerobot_robot
 from embodrl.errors import UserError
+
+if TYPE_CHECKING:
+    from embodrl.deploy.server import PolicyServer
 
 logger = logging.getLogger(__name__)
 
 
 def serve(checkpoint: str, cfg: ServerConfig) -> None:
     """Load a policy checkpoint and serve it until Ctrl-C."""
+    checkpoint_server(checkpoint, cfg).serve_forever()
+
+
+def checkpoint_server(checkpoint: str, cfg: ServerConfig) -> PolicyServer:
+    """A server (not yet started) for a policy checkpoint, speaking its dataset's key names when it was
+    trained from a dataset alone and `cfg.keys` are left at openpi's defaults."""
     from embodrl.deploy.runner import CheckpointRunner
     from embodrl.deploy.server import PolicyServer
 
@@ -26,7 +44,40 @@ def serve(checkpoint: str, cfg: ServerConfig) -> None:
         runner.action_horizon,
         runner.action_dim,
     )
-    PolicyServer(runner, cfg).serve_forever()
+    keys = request_keys(cfg.keys, runner.dataset_features)
+    if keys != cfg.keys:
+        logger.info("request keys as in the policy's dataset: %s", dataclasses.asdict(keys))
+    return PolicyServer(runner, dataclasses.replace(cfg, keys=keys))
+
+
+def request_keys(keys: ObservationKeys, dataset_features: dict[str, str]) -> ObservationKeys:
+    """`keys` as configured; left at openpi's defaults for a policy trained from a dataset alone, the names
+    of that dataset's features (observation.images.front, observation.state, task)."""
+    if dataset_features and keys == ObservationKeys():
+        return dataset_request_keys(dataset_features)
+    return keys
+
+
+def speak_like_the_policy(
+    cfg: DeployConfig, dataset_features: dict[str, str], server_keys: dict[str, Any] | None = None
+) -> DeployConfig:
+    """`cfg` with the request keys the policy expects (a server's, as its metadata says; else those of the
+    dataset a local checkpoint was trained on) and, where robot.camera / wrist_camera are unset, the robot
+    cameras that dataset was recorded with (observation.images.front -> camera front)."""
+    keys = cfg.keys
+    if keys == ObservationKeys():
+        if server_keys:
+            keys = ObservationKeys(**{**server_keys, "state": tuple(server_keys["state"])})
+        else:
+            keys = request_keys(keys, dataset_features)
+    robot = cfg.robot
+    for obs_key, setting in (("rgb", "camera"), ("wrist_rgb", "wrist_camera")):
+        if obs_key in dataset_features and not getattr(robot, setting):
+            robot = dataclasses.replace(robot, **{setting: robot_camera(dataset_features[obs_key])})
+            logger.info(
+                "robot.%s=%s (the camera of %s)", setting, getattr(robot, setting), dataset_features[obs_key]
+            )
+    return dataclasses.replace(cfg, keys=keys, robot=robot)
 
 
 def make_robot(cfg: RobotConfig) -> Robot:
@@ -35,6 +86,10 @@ def make_robot(cfg: RobotConfig) -> Robot:
         from embodrl.deploy.sim_robot import SimRobot
 
         return SimRobot(cfg)
+    if cfg.kind == "replay":
+        from embodrl.deploy.replay_robot import ReplayRobot
+
+        return ReplayRobot(cfg)
     if cfg.kind == "lerobot":
         return make_lerobot_robot(cfg.lerobot_config, cfg.lerobot_kwargs)
     from embodrl.deploy.franka import FrankaRobot
@@ -76,11 +131,17 @@ def _run_episodes(cfg: DeployConfig, robot: Robot, intervention: Intervention | 
 
     if cfg.remote:
         client = PolicyClient(cfg.policy, api_key=cfg.api_key, wait_s=10.0)
+        metadata = client.metadata
+        cfg = speak_like_the_policy(
+            cfg, metadata.get("dataset_features", {}), metadata.get("observation_keys")
+        )
         source, release = RemotePolicy(client), client.close
     else:
         from embodrl.deploy.runner import CheckpointRunner
 
-        source, release = LocalPolicy(CheckpointRunner(cfg.policy), cfg.keys), None
+        runner = CheckpointRunner(cfg.policy)
+        cfg = speak_like_the_policy(cfg, runner.dataset_features)
+        source, release = LocalPolicy(runner, cfg.keys), None
     results = []
     try:
         with connected(robot):
@@ -97,4 +158,11 @@ def _run_episodes(cfg: DeployConfig, robot: Robot, intervention: Intervention | 
     finally:
         if release is not None:
             release()
+    errors = getattr(robot, "action_errors", None)
+    if errors:  # a replayed recording: how far the policy's actions are from the recorded ones
+        logger.info(
+            "mean |action - recorded action| over %d steps: %.4f",
+            len(errors),
+            float(sum(errors) / len(errors)),
+        )
     return results

@@ -10,7 +10,7 @@ from embodrl.errors import ConfigError
 from embodrl.structured import load_structured
 
 CHUNK_MODES = ("open_loop", "blend", "rtc")
-ROBOT_KINDS = ("sim", "lerobot", "franka")
+ROBOT_KINDS = ("sim", "lerobot", "franka", "replay")
 ACTION_TYPES = ("delta", "absolute")
 API_KEY_VARIABLE = "EMBODRL_API_KEY"  # the server's and the client's key, when not given in the config
 
@@ -29,6 +29,26 @@ class ObservationKeys:
     state: tuple[str, ...] = ("observation/state",)  # -> state, concatenated in this order
     prompt: str = "prompt"  # -> instruction
     task_id: str = "task_id"  # -> task_id (policies trained on task ids instead of language)
+
+
+LEROBOT_CAMERA_PREFIX = "observation.images."  # LeRobot names a camera's feature after the robot's camera
+
+
+def dataset_request_keys(features: dict[str, str]) -> ObservationKeys:
+    """Request keys named as the dataset a policy was trained on names its features (obs key -> feature,
+    e.g. rgb -> observation.images.front, state -> observation.state), the prompt as LeRobot's `task`."""
+    default = ObservationKeys()
+    return ObservationKeys(
+        image=features.get("rgb", default.image),
+        wrist_image=features.get("wrist_rgb", default.wrist_image),
+        state=(features["state"],) if "state" in features else default.state,
+        prompt="task",
+    )
+
+
+def robot_camera(feature: str) -> str:
+    """The robot camera behind a dataset feature (observation.images.front -> front)."""
+    return feature.removeprefix(LEROBOT_CAMERA_PREFIX)
 
 
 # DROID's request keys (openpi examples/droid): two arrays make up the state.
@@ -148,6 +168,8 @@ class RobotConfig:
     lerobot_kwargs: dict = field(default_factory=dict)  # lerobot: the fields of that config
     franka_host: str = ""  # franka: the robot's FCI address
     franka_dynamics: float = 0.05  # franka: relative dynamics factor (fraction of max vel/acc/jerk)
+    dataset: str = ""  # replay: a LeRobot dataset whose recorded episodes play the robot (open loop)
+    episode: int = 0  # replay: the first recorded episode to play
 
     def __post_init__(self) -> None:
         check_choice("robot.kind", self.kind, ROBOT_KINDS)
@@ -156,6 +178,8 @@ class RobotConfig:
             raise ConfigError(f"robot.dropout_prob={self.dropout_prob} must be in [0, 1)")
         if self.kind == "lerobot" and not self.lerobot_config:
             raise ConfigError("robot.kind=lerobot needs robot.lerobot_config (module:ConfigClass)")
+        if self.kind == "replay" and not self.dataset:
+            raise ConfigError("robot.kind=replay needs robot.dataset (a LeRobot dataset folder or repo id)")
         if self.kind == "franka" and not self.franka_host:
             raise ConfigError("robot.kind=franka needs robot.franka_host (the FCI address)")
         if not 0.0 < self.franka_dynamics <= 1.0:

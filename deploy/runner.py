@@ -34,6 +34,11 @@ class PolicyRunner(ABC):
     action_dim: int  # A
     input_spec: dict[str, InputSpec]
 
+    @property
+    def dataset_features(self) -> dict[str, str]:
+        """Obs key -> dataset feature, for a policy trained from a dataset alone (empty otherwise)."""
+        return {}
+
     @abstractmethod
     def infer_batch(self, observations: list[dict[str, Any]]) -> np.ndarray:
         """Action chunks [N, H, A] float32 (robot units) for N observations matching `input_spec`."""
@@ -44,6 +49,7 @@ class PolicyRunner(ABC):
             "action_horizon": self.action_horizon,
             "action_dim": self.action_dim,
             "inputs": {k: {"shape": list(s.shape), "dtype": s.dtype} for k, s in self.input_spec.items()},
+            "dataset_features": dict(self.dataset_features),
         }
 
 
@@ -66,6 +72,10 @@ class CheckpointRunner(PolicyRunner):
             shape = tuple(self.policy.obs_shapes.get(key, ()))
             self.input_spec[key] = InputSpec(shape, key_dtype(key))
         self.family = self.policy.family
+
+    @property
+    def dataset_features(self) -> dict[str, str]:
+        return dict(self.policy.cfg.dataset_features)
 
     def metadata(self) -> dict[str, Any]:
         return {**super().metadata(), "family": self.family}

@@ -123,11 +123,17 @@ def cmd_sft(args: argparse.Namespace) -> None:
     print(f"run folder: {run_dir}")
     with _removed_if_unused(run_dir, fresh=not args.resume):
         summary = SFTRunner(cfg, run_dir, resume=bool(args.resume)).learn()
-    lo, hi = summary["success_ci95"]
-    print(
-        f"success after SFT: {summary['success_rate']:.1%} (95% CI {lo:.1%}-{hi:.1%}) "
-        f"over {summary['episodes']} episodes"
-    )
+    if "success_ci95" in summary:
+        lo, hi = summary["success_ci95"]
+        print(
+            f"success after SFT: {summary['success_rate']:.1%} (95% CI {lo:.1%}-{hi:.1%}) "
+            f"over {summary['episodes']} episodes"
+        )
+    elif "val/loss" in summary:  # env=none: held-out episodes of the dataset
+        print(
+            f"validation on held-out episodes: loss {summary['val/loss']:.4f}, "
+            f"action error {summary['val/action_mae']:.4f} (mean |action - recorded|, dataset units)"
+        )
     print(f"checkpoint: {run_dir / 'checkpoints/last/policy'} (use it with policy.init_from=...)")
     _print_best(summary, "step", cfg.sft.eval_episodes, run_dir)
 
@@ -201,7 +207,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     # the run's evaluation envs: with its seed, the same episodes get the same noise as in the run
     env_cfg = dataclasses.replace(cfg.env, num_envs=cfg.train.eval_envs or cfg.env.num_envs)
     with make_env(env_cfg, device=cfg.device) as env:
-        read_prompts_through(policy, env)
+        read_prompts_through(policy, env.instruction_table)
         results = evaluate_policy(
             policy,
             env,
@@ -249,7 +255,7 @@ def _replay_demos(args: argparse.Namespace, cfg, policy, out) -> None:
         )
     env_cfg = dataclasses.replace(cfg.env, num_envs=min(len(episodes), cfg.env.num_envs))
     with make_env(env_cfg, device=cfg.device) as env:
-        read_prompts_through(policy, env)
+        read_prompts_through(policy, env.instruction_table)
         report = replay_demos(policy, env, dataset, episodes, seed=cfg.seed)
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo_replay.json").write_text(json.dumps(report.as_dict(), indent=2))

@@ -56,6 +56,9 @@ class PolicyConfig:
     obs_clip: float = 5.0
     action_normalization: str = "mean_std"
     num_tasks: int = 0  # size of the task_id embedding table when "task_id" is observed
+    # obs key -> the dataset feature it was trained from (SFT without a simulator, e.g. rgb ->
+    # observation.images.front): `embodrl serve` and `deploy` then speak the dataset's names
+    dataset_features: dict[str, str] = field(default_factory=dict)
     task_embedding_dim: int = 16
     vision: VisionConfig = field(default_factory=VisionConfig)  # from-scratch or pretrained image towers
     cnn_channels: tuple[int, ...] = (32, 64, 64, 64)  # stride-2 3x3 convs of the image encoder (scratch)
@@ -169,6 +172,7 @@ class PolicyConfig:
 _NOT_FROM_CHECKPOINT = (
     "init_from",
     "num_tasks",
+    "dataset_features",
     "vla",
     "lora",
     "train_expert_only",

@@ -11,6 +11,8 @@ REWARD_TYPES = ("sparse", "dense")
 CONTROL_MODES = ("ee_delta", "ee_delta_yaw", "ee_delta_pos", "joint_pos")
 # mujoco: the C library (threads); warp: MuJoCo Warp on a CUDA GPU; warp-cpu: MuJoCo Warp on Warp's CPU device
 PHYSICS_BACKENDS = ("mujoco", "warp", "warp-cpu")
+# env=none: no simulator; `embodrl sft` then takes the policy's inputs, sizes and tasks from its dataset
+NO_SIMULATOR = "none"
 
 
 @dataclass

@@ -6,7 +6,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from embodrl.errors import UserError
-from embodrl.sims.config import EnvConfig
+from embodrl.sims.config import NO_SIMULATOR, EnvConfig
 
 if TYPE_CHECKING:
     from embodrl.sims.base import VecEnv
@@ -29,6 +29,11 @@ SUITE_TASKS: dict[str, str] = {
 
 def make_env(cfg: EnvConfig, device: str = "cpu") -> VecEnv:
     """Build the VecEnv named by `cfg.suite`."""
+    if cfg.suite == NO_SIMULATOR:
+        raise UserError(
+            "env=none has no simulator: only `embodrl sft` trains without one (from its dataset); "
+            "name a suite to play or train in (`embodrl envs` lists them)"
+        )
     if cfg.suite not in SUITES:
         raise UserError(f"unknown suite {cfg.suite!r}; valid suites: {', '.join(SUITES)}")
     module, factory = SUITES[cfg.suite].split(":")

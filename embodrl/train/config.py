@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field
 
 from embodrl.choices import check_choice, check_positive
+from embodrl.errors import ConfigError
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -78,9 +79,14 @@ class SFTConfig:
     # Which dataset feature feeds a policy input, where the names differ from embodrl's defaults
     # (observation.images.main, observation.state, ...), e.g. {rgb: observation.images.front}.
     key_map: dict[str, str] = field(default_factory=dict)
+    # env=none (no simulator): episodes held out of training for the validation loss and action error;
+    # the last ones of the dataset (-1: a tenth of them, at least one)
+    val_episodes: int = -1
 
     def __post_init__(self) -> None:
         check_choice("sft.precision", self.precision, PRECISIONS)
+        if self.val_episodes < -1:
+            raise ConfigError(f"sft.val_episodes={self.val_episodes}: give a count >= 0, or -1 for a tenth")
         for key in ("steps", "batch_size", "lr", "eval_episodes", "save_every", "max_grad_norm"):
             check_positive(f"sft.{key}", getattr(self, key))
         for key in ("max_episodes", "weight_decay", "warmup_steps", "eval_every", "videos", "num_workers"):

@@ -24,7 +24,7 @@ def action_source(name: str, env: VecEnv, seed: int, device: str = "cpu") -> Act
         from embodrl.train.policy_setup import read_prompts_through
 
         policy = load_policy(name, device=device).eval()
-        read_prompts_through(policy, env)
+        read_prompts_through(policy, env.instruction_table)
         return lambda obs: policy.act(obs, deterministic=True).actions
     if name == "expert":
         return lambda obs: env.expert_actions()[:, None]

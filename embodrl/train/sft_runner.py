@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 import time
 from pathlib import Path
@@ -14,18 +16,24 @@ from torch.utils.data import DataLoader, Subset
 
 from embodrl.config import ExperimentConfig
 from embodrl.data.chunk_dataset import ActionChunkDataset, collate_chunks
+from embodrl.data.dataset_inputs import dataset_inputs
 from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.data.shuffled_batches import ShuffledBatches
 from embodrl.errors import UserError
+from embodrl.obs_keys import PRIVILEGED
 from embodrl.parallel.distributed import launched_by_torchrun
+from embodrl.sims.config import NO_SIMULATOR
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
 from embodrl.train.episodes import EpisodeResults
 from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
 from embodrl.train.memory import estimate_policy_memory
-from embodrl.train.policy_setup import build_policy
+from embodrl.train.policy_setup import PolicySpace, build_policy, build_policy_for
 from embodrl.train.runner import Runner, warn_unsaved
 from embodrl.train.stopping import StopAtIterationEnd
+from embodrl.train.validation import held_out_episodes, validation_metrics
+
+log = logging.getLogger(__name__)
 
 
 def first_episodes_frames(dataset: LeRobotDataset, max_episodes: int) -> np.ndarray:
@@ -33,6 +41,24 @@ def first_episodes_frames(dataset: LeRobotDataset, max_episodes: int) -> np.ndar
     if max_episodes == 0 or max_episodes >= dataset.num_episodes:
         return np.arange(dataset.num_frames)
     return np.arange(dataset.episode_range(max_episodes - 1)[1])
+
+
+def episodes_frames(dataset: LeRobotDataset, episodes: list[int]) -> np.ndarray:
+    """Frame indices of `episodes`, in order."""
+    return np.concatenate([np.arange(*dataset.episode_range(e)) for e in episodes] or [np.zeros(0, int)])
+
+
+def critic_without_simulator(cfg: ExperimentConfig) -> ExperimentConfig:
+    """A preset's critic on `privileged` state (for RL in a simulator) reads the actor's inputs instead when
+    a dataset alone is the source: nothing provides that state."""
+    value_keys = cfg.policy.value_obs_keys
+    if PRIVILEGED not in value_keys:
+        return cfg
+    kept = tuple(k for k in value_keys if k != PRIVILEGED)
+    log.info(
+        "no simulator: the critic reads %s instead of %s", list(kept or cfg.policy.obs_keys), list(value_keys)
+    )
+    return dataclasses.replace(cfg, policy=dataclasses.replace(cfg.policy, value_obs_keys=kept))
 
 
 def warmup_cosine(warmup: int, total: int):
@@ -48,7 +74,8 @@ def warmup_cosine(warmup: int, total: int):
 
 
 class SFTRunner(Runner):
-    """Trains `policy.sft_loss` on action chunks, with evaluation in the env and atomic checkpoints."""
+    """Trains `policy.sft_loss` on action chunks, with atomic checkpoints and evaluation in the env, or
+    with env=none (no simulator) validation on held-out episodes of the dataset."""
 
     def __init__(self, cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> None:
         self.cfg, self.run_dir, sft = cfg, run_dir, cfg.sft
@@ -63,19 +90,38 @@ class SFTRunner(Runner):
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.seed)
-        self.env = make_env(cfg.env, device=cfg.device)
-        self.policy = build_policy(cfg, self.env)
         dataset = LeRobotDataset(sft.dataset)
-        chunks = ActionChunkDataset(
+        self.val_frames: np.ndarray | None = None  # env=none: frames of the held-out episodes
+        if cfg.env.suite == NO_SIMULATOR:
+            self.env = None
+            cfg = self.cfg = critic_without_simulator(cfg)
+            inputs = dataset_inputs(dataset, cfg.policy.normalized_keys, sft.key_map)
+            self.policy = build_policy_for(cfg, PolicySpace.of_dataset(inputs, sft.dataset))
+            key_map, instructions = inputs.features, inputs.tasks
+            held_out = held_out_episodes(dataset.num_episodes, sft.val_episodes)
+            kept = dataset.num_episodes - len(held_out)
+            frames = first_episodes_frames(dataset, min(sft.max_episodes or kept, kept))
+            self.val_frames = episodes_frames(dataset, held_out)
+            print(
+                f"no simulator: {len(inputs.features)} inputs from {sft.dataset} "
+                f"({', '.join(f'{k} <- {v}' for k, v in inputs.features.items())}), {inputs.action_dim}-D "
+                f"actions; validation on {len(held_out)} held-out episode(s)",
+                flush=True,
+            )
+        else:
+            self.env = make_env(cfg.env, device=cfg.device)
+            self.policy = build_policy(cfg, self.env)
+            key_map, instructions = sft.key_map, self.env.instruction_table
+            frames = first_episodes_frames(dataset, sft.max_episodes)
+        self.chunks = chunks = ActionChunkDataset(
             dataset,
             self.policy.cfg.chunk_size,
             # the actor's inputs and the auxiliary SFT targets
             obs_keys=[k for k in self.policy.cfg.normalized_keys if k != "task_id"],
             action_dim=self.policy.cfg.action_dim,
-            instruction_table=self.env.instruction_table,
-            key_map=sft.key_map,
+            instruction_table=instructions,
+            key_map=key_map,
         )
-        frames = first_episodes_frames(dataset, sft.max_episodes)
         self.num_samples = len(frames)
         if not resume and not cfg.policy.init_from:
             self.policy.set_normalization(chunks.normalization_stats())
@@ -88,7 +134,8 @@ class SFTRunner(Runner):
         )
         self.step = 0
         self.pending_losses: list[float] = []  # since the last logged loss: a resume averages the same steps
-        self.best = BestCheckpoint(run_dir) if sft.keep_best else None
+        # the best is chosen on success in the env; without one, the last checkpoint is the result
+        self.best = BestCheckpoint(run_dir) if sft.keep_best and self.env is not None else None
         if resume:
             self._restore()
 
@@ -151,7 +198,7 @@ class SFTRunner(Runner):
                         }
                         self.pending_losses, started, seen = [], time.perf_counter(), 0
                     if sft.eval_every and self.step % sft.eval_every == 0:
-                        metrics.update(eval_metrics(self.play_from(self.policy)))
+                        metrics.update(self.evaluate())
                         if self.best is not None:
                             self.best.consider(self.step, metrics, self.policy)
                     if metrics:
@@ -168,6 +215,9 @@ class SFTRunner(Runner):
                     self.save()
                 else:
                     warn_unsaved(self.run_dir, "step", self.step + 1)
+        if self.env is None:
+            summary = {"samples": self.num_samples, "steps": self.step, **self.evaluate()}
+            return self.conclude(summary, self.step, {}, self.policy, 0)
         results = evaluate_policy(
             self.policy,
             self.env,
@@ -179,6 +229,16 @@ class SFTRunner(Runner):
         )
         summary = {"samples": self.num_samples, "steps": self.step, **summarize(results)}
         return self.conclude(summary, self.step, eval_metrics(results), self.policy, sft.eval_episodes)
+
+    def evaluate(self) -> dict[str, float]:
+        """Success in the env, or without one the validation loss and action error on held-out episodes
+        (nothing when none are held out)."""
+        if self.env is not None:
+            return eval_metrics(self.play_from(self.policy))
+        if not len(self.val_frames):
+            return {}
+        frames = self.val_frames.tolist()
+        return validation_metrics(self.policy, self.chunks, frames, self.cfg.sft.batch_size, self.cfg.device)
 
     def play_from(self, policy: nn.Module, first_state_id: int = 0) -> EpisodeResults:
         """`policy`'s evaluation episodes from initial state `first_state_id` on, in the run's env."""

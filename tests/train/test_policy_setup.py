@@ -30,7 +30,7 @@ def test_a_checkpoint_from_other_tasks_reads_this_envs_instructions(tmp_path):
     out = policy.act(obs, deterministic=True)
     assert out.actions.shape[0] == 2
     evaluated = load_policy(tmp_path)  # as `embodrl eval` and `play` load it
-    read_prompts_through(evaluated, env)
+    read_prompts_through(evaluated, env.instruction_table)
     assert evaluated.cfg.instruction_table == tuple(env.instruction_table)
     base_env.close()
     env.close()
