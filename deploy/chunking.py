@@ -11,13 +11,20 @@ first t - s actions are already stale and are dropped, so every mode splices on 
 - rtc: real-time chunking; the next query starts `inference_delay_steps` before N steps are done
   so that it lands in time, and the overlap is cross-faded linearly from old to new so the splice
   is continuous (the guidance-free form of Black et al.'s real-time chunking).
+- guided_rtc: Black et al.'s real-time chunking: queries early as rtc, and each request carries the
+  plan's remaining actions and the expected delay (deploy/guidance.py), toward which the policy
+  inpaints the new chunk (flow policies: policies/flow/guidance.py); the new chunk then replaces the
+  plan without blending, since it already continues it.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from embodrl.deploy.config import ChunkConfig
+from embodrl.deploy.config import REAL_TIME_MODES, ChunkConfig
+from embodrl.deploy.guidance import guidance_fields
 from embodrl.errors import UserError
 
 
@@ -43,8 +50,14 @@ class ChunkExecutor:
             return True
         if self.cfg.mode == "open_loop":
             return False  # its plan holds exactly N actions
-        lead = self.cfg.inference_delay_steps if self.cfg.mode == "rtc" else 0
+        lead = self.cfg.inference_delay_steps if self.cfg.mode in REAL_TIME_MODES else 0
         return self.step - self.chunk_step >= self.cfg.execute_steps - lead
+
+    def request_fields(self) -> dict[str, Any]:
+        """Keys to add to a request sent now (guided_rtc: the plan's remaining actions and the delay)."""
+        if self.cfg.mode != "guided_rtc":
+            return {}
+        return guidance_fields(self.plan, self.cfg.inference_delay_steps)
 
     def add_chunk(self, chunk: np.ndarray, obs_step: int) -> None:
         """Splice in a chunk [H, A] computed from the observation taken at step `obs_step`."""
@@ -62,6 +75,8 @@ class ChunkExecutor:
         fresh = list(chunk[self.step - obs_step :])  # actions for steps self.step, self.step + 1, ...
         if self.cfg.mode == "open_loop":
             fresh = fresh[: max(0, obs_step + self.cfg.execute_steps - self.step)]
+            self.plan = fresh
+        elif self.cfg.mode == "guided_rtc":
             self.plan = fresh
         else:
             overlap = min(len(self.plan), len(fresh))

@@ -15,7 +15,7 @@ import numpy as np
 
 from embodrl.deploy.client import PolicyClient, ServerError
 from embodrl.deploy.config import ObservationKeys
-from embodrl.deploy.observations import to_observation
+from embodrl.deploy.guidance import to_runner_observation
 from embodrl.deploy.runner import PolicyRunner
 
 logger = logging.getLogger(__name__)
@@ -27,6 +27,7 @@ class ChunkSource(Protocol):
 
     action_horizon: int
     action_dim: int
+    guided_chunks: bool  # whether requests with the previous chunk's actions get guided chunks
 
     def infer(self, request: dict[str, Any]) -> np.ndarray:
         """An action chunk [H, A] for one request."""
@@ -39,9 +40,10 @@ class LocalPolicy:
         self.runner, self.keys = runner, keys
         self.action_horizon, self.action_dim = runner.action_horizon, runner.action_dim
         self.input_names = tuple(runner.input_spec)
+        self.guided_chunks = runner.guided_chunks
 
     def infer(self, request: dict[str, Any]) -> np.ndarray:
-        return self.runner.infer_batch([to_observation(request, self.keys, self.runner.input_spec)])[0]
+        return self.runner.infer_batch([to_runner_observation(request, self.keys, self.runner)])[0]
 
 
 class RemotePolicy:
@@ -52,6 +54,7 @@ class RemotePolicy:
         self.action_horizon = int(client.metadata.get("action_horizon", 0))
         self.action_dim = int(client.metadata.get("action_dim", 0))
         self.input_names = tuple(client.metadata.get("inputs", {}))  # () from servers that do not say
+        self.guided_chunks = bool(client.metadata.get("guided_chunks", False))  # openpi servers: no
 
     def infer(self, request: dict[str, Any]) -> np.ndarray:
         return np.asarray(self.client.infer(request)["actions"])

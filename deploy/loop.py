@@ -135,7 +135,7 @@ class ControlLoop:
     ) -> tuple[np.ndarray | None, bool]:
         """This step's requested action (policy or human) and whether a human gave it."""
         if self.executor.wants_chunk() and not self.inference.busy:
-            self.inference.submit(request, self.executor.step)
+            self.inference.submit({**request, **self.executor.request_fields()}, self.executor.step)
         if self.executor.remaining == 0:  # nothing to execute: the rest of the tick may as well wait
             self.inference.wait(self._tick_left())
         finished = self.inference.poll()
@@ -195,6 +195,11 @@ def check_compatible(cfg: DeployConfig, source: ChunkSource, robot_action_dim: i
         raise UserError(
             f"the policy outputs {source.action_dim}-D actions but the robot takes {robot_action_dim} "
             "(its action_features); deploy a policy trained for this robot's action space"
+        )
+    if cfg.chunk.mode == "guided_rtc" and not getattr(source, "guided_chunks", False):
+        raise UserError(
+            "chunk.mode=guided_rtc needs a policy that can be guided toward the previous chunk (a flow "
+            "policy served by embodrl); this one cannot: use chunk.mode=rtc"
         )
     inputs = getattr(source, "input_names", ())
     unset = [

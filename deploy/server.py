@@ -5,7 +5,8 @@ observations and is answered with `{"actions": [H, A], "server_timing": {...}, "
 {...}}`. A request the server cannot serve is answered with a text frame holding the reason (openpi
 clients raise it as an error) and the connection stays open. Inference runs on one worker thread,
 off the event loop, so `/healthz` and other clients are answered during a slow `act`; requests that
-queue up while it runs are served together by one batched call.
+queue up while it runs are served together by one batched call. A request may carry the previous
+chunk's unexecuted actions (deploy/guidance.py): a policy that can be guided continues them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from websockets.asyncio.server import Request, Response, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from embodrl.deploy.config import API_KEY_VARIABLE, ServerConfig
-from embodrl.deploy.observations import RequestError, to_observation
+from embodrl.deploy.guidance import to_runner_observation
+from embodrl.deploy.observations import RequestError
 from embodrl.deploy.protocol import ProtocolError, packb, unpackb
 from embodrl.deploy.runner import PolicyRunner
 from embodrl.errors import UserError
@@ -212,7 +214,7 @@ class PolicyServer:
             raise ProtocolError("send observations as a binary msgpack frame, not text")
         request = unpackb(message)
         obs = await self._loop.run_in_executor(
-            self._preprocess, to_observation, request, self.cfg.keys, self.runner.input_spec
+            self._preprocess, to_runner_observation, request, self.cfg.keys, self.runner
         )
         pending = _Pending(obs, self._loop.create_future())
         try:

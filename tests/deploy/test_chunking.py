@@ -73,3 +73,37 @@ def test_horizon_mismatch_is_refused():
         ex.add_chunk(np.zeros((8, 7)), obs_step=0)
     with pytest.raises(ConfigError, match="exceeds"):
         ChunkConfig(action_horizon=4, execute_steps=5)
+
+
+def test_guided_rtc_requests_carry_the_plan_left_and_the_new_chunk_replaces_it():
+    cfg = ChunkConfig(mode="guided_rtc", action_horizon=6, execute_steps=4, inference_delay_steps=2)
+    ex = ChunkExecutor(cfg)
+    assert ex.request_fields() == {}  # nothing planned yet: an unguided first chunk
+    ex.add_chunk(_chunk(0, 6, ramp=True), obs_step=0)  # 0 1 2 3 4 5
+    asked = []
+    for t in range(3):
+        if ex.wants_chunk():
+            asked.append(t)
+            fields = ex.request_fields()
+        ex.pop_action()
+    assert asked == [2]  # N - d = 2 steps in, as rtc
+    np.testing.assert_array_equal(fields["prev_actions"][:, 0], [2, 3, 4, 5])  # steps 2.. of the plan
+    assert fields["prev_actions"].dtype == np.float32 and fields["inference_delay"] == 2
+    ex.add_chunk(_chunk(10, 6, ramp=True), obs_step=2)  # arrives one step late: its first action is stale
+    assert [float(ex.pop_action()[0]) for _ in range(5)] == [11, 12, 13, 14, 15]  # replaced, not blended
+
+
+def test_guided_rtc_delay_never_exceeds_the_plan_and_other_modes_send_nothing():
+    ex = ChunkExecutor(
+        ChunkConfig(mode="guided_rtc", action_horizon=4, execute_steps=4, inference_delay_steps=3)
+    )
+    ex.add_chunk(_chunk(0, 4), obs_step=0)
+    for _ in range(3):
+        ex.pop_action()
+    assert ex.request_fields()["inference_delay"] == 1  # one action left to execute during inference
+    for mode in ("open_loop", "blend", "rtc"):
+        other = ChunkExecutor(ChunkConfig(mode=mode, action_horizon=4, execute_steps=2))
+        other.add_chunk(_chunk(0, 4), obs_step=0)
+        assert other.request_fields() == {}
+    with pytest.raises(ConfigError, match="guided_rtc"):
+        ChunkConfig(mode="guided_rtc", action_horizon=4, execute_steps=2, inference_delay_steps=2)
