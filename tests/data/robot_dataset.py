@@ -13,7 +13,14 @@ import numpy as np
 
 from embodrl.data.lerobot_writer import LeRobotDatasetWriter
 
-JOINTS = ("shoulder_pan.pos", "shoulder_lift.pos", "elbow_flex.pos", "wrist_flex.pos", "wrist_roll.pos", "gripper.pos")
+JOINTS = (
+    "shoulder_pan.pos",
+    "shoulder_lift.pos",
+    "elbow_flex.pos",
+    "wrist_flex.pos",
+    "wrist_roll.pos",
+    "gripper.pos",
+)
 TASKS = ("grab the block", "pick up the red block")
 SIZE = 32
 

@@ -12,7 +12,9 @@ from tests.data.robot_dataset import SIZE, TASKS, write_robot_dataset
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> LeRobotDataset:
-    return LeRobotDataset(write_robot_dataset(tmp_path_factory.mktemp("robot") / "so100", episodes=2, length=3))
+    return LeRobotDataset(
+        write_robot_dataset(tmp_path_factory.mktemp("robot") / "so100", episodes=2, length=3)
+    )
 
 
 def test_cameras_are_matched_by_name_and_sizes_come_from_the_dataset(dataset):
