@@ -9,7 +9,8 @@ from embodrl.choices import check_choice, check_positive
 from embodrl.errors import ConfigError
 from embodrl.structured import load_structured
 
-CHUNK_MODES = ("open_loop", "blend", "rtc")
+CHUNK_MODES = ("open_loop", "blend", "rtc", "guided_rtc")
+REAL_TIME_MODES = ("rtc", "guided_rtc")  # modes that query inference_delay_steps early
 ROBOT_KINDS = ("sim", "lerobot", "franka", "replay")
 ACTION_TYPES = ("delta", "absolute")
 API_KEY_VARIABLE = "EMBODRL_API_KEY"  # the server's and the client's key, when not given in the config
@@ -131,11 +132,13 @@ class SafetyConfig:
 class ChunkConfig:
     """How action chunks [H, A] become one action per control step."""
 
-    mode: str = "open_loop"  # open_loop: N of H then re-query | blend: weighted overlap | rtc
+    # open_loop: N of H then re-query | blend: weighted overlap | rtc: early query, cross-faded overlap |
+    # guided_rtc: early query whose chunk the policy inpaints toward the rest of the plan (flow policies)
+    mode: str = "open_loop"
     action_horizon: int = 4  # H: must equal the policy's chunk_size (checked against the server)
     execute_steps: int = 4  # N: actions executed from each chunk before the next is used
     blend_new_weight: float = 0.7  # blend: new = w * new + (1 - w) * old on overlapping steps
-    inference_delay_steps: int = 1  # rtc: steps expected to pass while the next chunk is computed
+    inference_delay_steps: int = 1  # rtc, guided_rtc: steps expected to pass while the next chunk is computed
 
     def __post_init__(self) -> None:
         check_choice("chunk.mode", self.mode, CHUNK_MODES)
@@ -148,8 +151,8 @@ class ChunkConfig:
         if not 0.0 <= self.blend_new_weight <= 1.0:
             raise ConfigError(f"chunk.blend_new_weight={self.blend_new_weight} must be in [0, 1]")
         check_positive("chunk.inference_delay_steps", self.inference_delay_steps, allow_zero=True)
-        if self.mode == "rtc" and self.inference_delay_steps >= self.execute_steps:
-            raise ConfigError("chunk.inference_delay_steps must be < chunk.execute_steps for rtc")
+        if self.mode in REAL_TIME_MODES and self.inference_delay_steps >= self.execute_steps:
+            raise ConfigError(f"chunk.inference_delay_steps must be < chunk.execute_steps for {self.mode}")
 
 
 @dataclass

@@ -17,6 +17,8 @@ import numpy as np
 from embodrl.errors import UserError
 from embodrl.obs_keys import key_dtype
 
+GUIDANCE_KEY = "guidance"  # an observation's chunk prefix (deploy/guidance.py), not a request or policy key
+
 
 @dataclass(frozen=True)
 class InputSpec:
@@ -33,6 +35,8 @@ class PolicyRunner(ABC):
     action_horizon: int  # H
     action_dim: int  # A
     input_spec: dict[str, InputSpec]
+    # whether an observation's GUIDANCE_KEY entry (deploy/guidance.py's ChunkPrefix) steers its chunk
+    guided_chunks: bool = False
 
     @property
     def dataset_features(self) -> dict[str, str]:
@@ -48,6 +52,7 @@ class PolicyRunner(ABC):
         return {
             "action_horizon": self.action_horizon,
             "action_dim": self.action_dim,
+            "guided_chunks": self.guided_chunks,
             "inputs": {k: {"shape": list(s.shape), "dtype": s.dtype} for k, s in self.input_spec.items()},
             "dataset_features": dict(self.dataset_features),
         }
@@ -72,6 +77,7 @@ class CheckpointRunner(PolicyRunner):
             shape = tuple(self.policy.obs_shapes.get(key, ()))
             self.input_spec[key] = InputSpec(shape, key_dtype(key))
         self.family = self.policy.family
+        self.guided_chunks = self.policy.can_guide_chunks
 
     @property
     def dataset_features(self) -> dict[str, str]:
@@ -93,6 +99,26 @@ class CheckpointRunner(PolicyRunner):
         obs = TensorDict(tensors, batch_size=[n], device=self.device)
         if all("instruction" in o for o in observations):
             obs["instruction"] = [o["instruction"] for o in observations]
-        with torch.inference_mode():
-            actions = self.policy.act(obs, deterministic=True).actions  # [N, H, A]
+        prefixes = [o.get(GUIDANCE_KEY) for o in observations]
+        if any(prefix is not None for prefix in prefixes):
+            with torch.no_grad():  # guidance differentiates the velocity: no inference-mode tensors
+                actions = self.policy.act_guided(obs, self._chunk_guidance(prefixes))
+        else:
+            with torch.inference_mode():
+                actions = self.policy.act(obs, deterministic=True).actions  # [N, H, A]
         return actions.float().cpu().numpy()
+
+    def _chunk_guidance(self, prefixes: list):
+        """Each observation's chunk prefix (or none: overlap 0) as the policy's ChunkGuidance."""
+        import torch
+
+        from embodrl.policies.base import ChunkGuidance
+
+        n = len(prefixes)
+        prev = torch.zeros(n, self.action_horizon, self.action_dim)
+        overlap, delay = torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
+        for i, prefix in enumerate(prefixes):
+            if prefix is not None:
+                prev[i, : len(prefix.actions)] = torch.from_numpy(prefix.actions)
+                overlap[i], delay[i] = len(prefix.actions), prefix.delay
+        return ChunkGuidance(prev.to(self.device), overlap, delay)
