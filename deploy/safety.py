@@ -10,6 +10,7 @@ is counted in `SafetyCounters`.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass
 from enum import Enum
 
@@ -18,6 +19,7 @@ import numpy as np
 from embodrl.deploy.config import SafetyConfig
 from embodrl.errors import ConfigError, UserError
 
+logger = logging.getLogger(__name__)
 TOLERANCE = 1e-9  # a clamp that moves an action less than this is not counted
 
 
@@ -118,14 +120,24 @@ class SafetyLayer:
     def check_chunk(self, chunk: np.ndarray) -> bool:
         """True if a chunk [H, A] may be executed; a rejected chunk is counted and must be dropped."""
         chunk = np.asarray(chunk)
-        ok = chunk.ndim == 2 and chunk.shape[1] == self.action_dim and chunk.shape[0] > 0
-        ok = ok and chunk.dtype.kind == "f" and bool(np.all(np.isfinite(chunk)))
-        if ok and self.cfg.max_chunk_jump is not None:
+        reason = ""
+        if not (chunk.ndim == 2 and chunk.shape[1] == self.action_dim and chunk.shape[0] > 0):
+            reason = f"shape {list(chunk.shape)}, expected [H, {self.action_dim}]"
+        elif chunk.dtype.kind != "f" or not np.all(np.isfinite(chunk)):
+            reason = "NaN, inf or non-float actions"
+        elif self.cfg.max_chunk_jump is not None:
             jump = np.abs(chunk[0] - self.last)[self.rate_dims]
-            ok = not np.any(jump > self.cfg.max_chunk_jump)
-        if not ok:
+            if np.any(jump > self.cfg.max_chunk_jump):
+                reason = (
+                    f"its first action jumps {jump.max():.3g} from the last sent one (safety.max_chunk_jump="
+                    f"{self.cfg.max_chunk_jump}; a robot in other units, e.g. joint degrees, needs its own "
+                    "safety.* limits and safety.action_type=absolute)"
+                )
+        if reason:
             self.counters.rejected_chunks += 1
-        return ok
+            if self.counters.rejected_chunks == 1:  # once per layer: the counters report the rest
+                logger.warning("chunk rejected: %s", reason)
+        return not reason
 
     def filter(self, action: np.ndarray | None, ee_position: np.ndarray | None = None) -> np.ndarray:
         """The action to send [A] float64; `None` or non-finite input becomes the hold action."""
