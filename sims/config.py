@@ -1,9 +1,10 @@
 """Environment configuration (torch-free; composed into the experiment config)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from embodrl.choices import check_choice, check_positive
 from embodrl.errors import ConfigError
+from embodrl.sims.perturbation import RandomizeConfig, check_randomize
 
 OBS_MODES = ("state", "rgb")
 IMAGE_SIZES = (64, 128, 224)
@@ -38,6 +39,8 @@ class EnvConfig:
     physics_backend: str = "mujoco"  # tabletop suites: who steps the MJCF (PHYSICS_BACKENDS)
     gym_id: str = ""  # suite "gym": any gymnasium env id
     libero_assets: str = ""  # suites "libero-*": LIBERO's assets folder; "" = the installed package's
+    # per-episode perturbations (sims/perturbation.py): training-time randomization, or a robustness level
+    randomize: RandomizeConfig = field(default_factory=RandomizeConfig)
 
     def __post_init__(self) -> None:
         check_positive("env.num_envs", self.num_envs)
@@ -54,3 +57,4 @@ class EnvConfig:
                 f"env.physics_backend={self.physics_backend} applies to the tabletop suites only; "
                 f"suite {self.suite!r} brings its own physics: set env.physics_backend=mujoco"
             )
+        check_randomize(self.randomize, self.suite, self.obs_mode, self.physics_backend)

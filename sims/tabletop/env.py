@@ -22,6 +22,7 @@ from embodrl.sims.tabletop.controller import (
 )
 from embodrl.sims.tabletop.expert import ScriptedExpert
 from embodrl.sims.tabletop.layout import NUM_INIT_STATES, Layout, sample_layout
+from embodrl.sims.tabletop.perturb import ActionDelay, Perturbations
 from embodrl.sims.tabletop.physics import make_physics
 from embodrl.sims.tabletop.render import BatchRenderer
 from embodrl.sims.tabletop.scene import (
@@ -106,6 +107,19 @@ class TabletopEnv(VecEnv):
         self.model = build_model()
         self.idx = SceneIndex.of(self.model)
         self.physics = make_physics(self.model, cfg.num_envs, cfg.num_threads, cfg.physics_backend)
+        # env.randomize: perturbations drawn per episode (None when off: the nominal env, untouched)
+        self._perturb = (
+            Perturbations(cfg.randomize, self.model, self.idx, self._table) if cfg.randomize.active else None
+        )
+        # the axes that edit the MjModel give each env a copy of its own
+        self._models = self.physics.use_own_models() if self._perturb and self._perturb.model_axes else None
+        self._delay = (
+            ActionDelay(cfg.num_envs, self._perturb.max_delay, self.action_spec.dim)
+            if self._perturb and "latency" in self._perturb.axes
+            else None
+        )
+        # whether some episodes place objects the instruction does not name (the wrong_object flag)
+        self._watches = self._distractors or bool(self._perturb and self._perturb.adds_objects)
         self._controller = EEDeltaController(cfg.num_envs, *ARM_JOINT_RANGES.T, ARM_HOME)
         self._expert = ScriptedExpert(cfg.num_envs)
         cameras = (("rgb", "front"), ("wrist_rgb", "wrist")) if cfg.wrist_camera else (("rgb", "front"),)
@@ -119,6 +133,7 @@ class TabletopEnv(VecEnv):
         self._layout_cache: dict[int, tuple[Layout, np.ndarray]] = {}
         n = cfg.num_envs
         self._instruction = np.zeros(n, dtype=np.int64)
+        self._shown = np.zeros(n, dtype=np.int64)  # obs task_id: the instruction's text as given
         self._task = np.zeros(n, dtype=np.int64)
         self._main_slot = np.zeros(n, dtype=np.int64)
         self._goal_slot = np.zeros(n, dtype=np.int64)
@@ -159,7 +174,7 @@ class TabletopEnv(VecEnv):
 
     @property
     def instruction_table(self) -> list[str]:
-        return [e.text for e in self._table]
+        return self._perturb.shown_table if self._perturb else [e.text for e in self._table]
 
     @property
     def num_init_states(self) -> int:
@@ -168,7 +183,7 @@ class TabletopEnv(VecEnv):
     @property
     def episode_flag_names(self) -> tuple[str, ...]:
         # without distractors only the named objects are placed: the flag could never be set
-        return (WRONG_OBJECT,) if self._distractors else ()
+        return (WRONG_OBJECT,) if self._watches else ()
 
     # ---- resets ------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, options: dict | None = None) -> TensorDict:
@@ -206,6 +221,8 @@ class TabletopEnv(VecEnv):
             if len(self._layout_cache) >= 10_000:  # bound memory; entries are cheap to recompute
                 self._layout_cache.clear()
             layout = sample_layout(state_id, self._table, self._distractors)
+            if self._perturb:
+                layout = self._perturb.edit_layout(layout, state_id)
             self._layout_cache[state_id] = (layout, self._solve_start_joints(layout.ee_start))
         return self._layout_cache[state_id]
 
@@ -241,6 +258,13 @@ class TabletopEnv(VecEnv):
             entry = self._table[layout.instruction]
             spec = TASKS[entry.task]
             self._instruction[i] = layout.instruction
+            self._shown[i] = layout.instruction
+            if self._perturb:
+                self._shown[i] = self._perturb.shown_instruction(layout.instruction, int(sid))
+            if self._models is not None:
+                self._perturb.edit_model(self._models[i], int(sid))
+            # half the cubes' edge, perturbed or not: they start resting on the table
+            cube_half = self.physics.model_of(i).geom_size[idx.cube_geom, 2]
             self._task[i] = TASK_NAMES.index(entry.task)
             self._main_slot[i] = _slot(spec.main, entry.main)
             self._goal_slot[i] = _slot(spec.goal, entry.goal) if spec.goal else self._main_slot[i]
@@ -254,7 +278,7 @@ class TabletopEnv(VecEnv):
             for c, adr in enumerate(idx.cube_qpos):
                 if c in cubes:
                     yaw = layout.cube_yaw[c]
-                    pose = [*cubes[c], CUBE_HALF, np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
+                    pose = [*cubes[c], cube_half[c], np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)]
                 else:
                     pose = [PARK_X + 0.2 * c, 0.0, FLOOR_Z + CUBE_HALF, 1.0, 0.0, 0.0, 0.0]
                 p.qpos[i, adr : adr + 7] = pose
@@ -265,6 +289,11 @@ class TabletopEnv(VecEnv):
                     mocap = self._mocap_of[k * len(COLOR_NAMES) + c]
                     xyz = placed.get(c, np.array([PARK_X, 0.3 * (k * 4 + c), FLOOR_Z]))
                     p.mocap_pos[i, mocap] = np.append(xyz, 0.0) if len(xyz) == 2 else xyz
+        if self._models is not None:
+            self.physics.models_edited()
+        if self._delay is not None:
+            delays = [self._perturb.delay_steps(int(s)) for s in state_ids]
+            self._delay.reset(env_ids, np.array(delays), self._hold_action(env_ids))
         p.forward(env_ids)
         self._cube_start[env_ids] = p.qpos[env_ids][:, self._cube_xyz]
         self._wrong_object[env_ids] = False
@@ -339,10 +368,13 @@ class TabletopEnv(VecEnv):
             ],
             -1,
         )
+        state = state[ids]
+        if self._perturb:
+            state = self._perturb.noisy_state(state, self._state_id[ids], self._steps[ids])
         out = {
-            "state": torch.from_numpy(state[ids].astype(np.float32)),
+            "state": torch.from_numpy(state.astype(np.float32)),
             "privileged": torch.from_numpy(privileged[ids].astype(np.float32)),
-            "task_id": torch.from_numpy(self._instruction[ids].copy()),
+            "task_id": torch.from_numpy(self._shown[ids].copy()),
         }
         start = time.perf_counter()
         for key, renderer in self._renderers.items():
@@ -381,7 +413,7 @@ class TabletopEnv(VecEnv):
         executed = np.zeros(n, dtype=np.int64)
         finals: list[tuple[torch.Tensor, TensorDict]] = []  # last observations of episodes ended mid-chunk
         for c in range(chunk):
-            self._apply(actions[:, c])
+            self._apply(actions[:, c] if self._delay is None else self._delay(actions[:, c]))
             self.physics.step(SUBSTEPS)
             running = ~done
             self._steps[running] += 1
@@ -396,7 +428,7 @@ class TabletopEnv(VecEnv):
                 r = success.astype(np.float64)
             reward[running, c] = r[running]
             succeeded[running] = success[running]
-            if self._distractors:  # without them only the named objects are placed: nothing to watch
+            if self._watches:  # else only the named objects are placed: nothing to watch
                 self._wrong_object |= running & self._moved_watched()
             terminated[running] = success[running] & self.cfg.terminate_on_success
             truncated[running] = (self._steps[running] >= self.cfg.max_episode_steps) & ~terminated[running]
@@ -411,7 +443,7 @@ class TabletopEnv(VecEnv):
         for ended, last in finals:
             final_obs[ended] = last
         # before the resets below clear the finished episodes' flags
-        flags = {WRONG_OBJECT: torch.from_numpy(self._wrong_object.copy())} if self._distractors else {}
+        flags = {WRONG_OBJECT: torch.from_numpy(self._wrong_object.copy())} if self._watches else {}
         finished = np.flatnonzero(done)
         if finished.size:
             self._reset_envs(finished, self._next_state_ids(finished))
@@ -427,6 +459,16 @@ class TabletopEnv(VecEnv):
             device=self.device,
             episode_flags=flags,
         )
+
+    def _hold_action(self, env_ids: np.ndarray) -> np.ndarray:
+        """[n, A] the action that keeps envs `env_ids` as they start (latency's queue before the policy's
+        first action): no motion, gripper open; joint_pos: the start joints."""
+        hold = np.zeros((len(env_ids), self.action_spec.dim))
+        hold[:, -1] = -1.0
+        if self.cfg.control_mode == "joint_pos":
+            low, high = ARM_JOINT_RANGES.T
+            hold[:, :7] = 2.0 * (self.physics.qpos[env_ids][:, self.idx.arm_qpos] - low) / (high - low) - 1.0
+        return hold
 
     # ---- experts and video -------------------------------------------------------------------------
     def expert_actions(self) -> torch.Tensor:

@@ -21,7 +21,7 @@ MAX_CUBE_YAW = np.pi / 6
 _SALT = 0x7AB1E  # separates layout streams from other users of the same integers
 # clearance radius per kind, so objects never start overlapping
 PUSH_DISTANCE = (0.1, 0.18)  # m from the cube to its plate, so a push fits the horizon
-_RADIUS = {"cube": 0.045, "bowl": 0.085, "target": 0.03, "plate": 0.06, "button": 0.06}
+RADIUS = {"cube": 0.045, "bowl": 0.085, "target": 0.03, "plate": 0.06, "button": 0.06}
 
 
 @dataclass
@@ -32,6 +32,11 @@ class Layout:
     objects: dict[str, dict[int, np.ndarray]]
     cube_yaw: dict[int, float]
     ee_start: np.ndarray  # [3]
+
+
+def is_free(xy: np.ndarray, radius: float, placed: list[tuple[np.ndarray, float]]) -> bool:
+    """An object of `radius` at `xy` keeps clear of every (position, radius) in `placed`."""
+    return all(np.linalg.norm(xy - p[:2]) > radius + r for p, r in placed)
 
 
 def sample_layout(state_id: int, table: list[Instruction], distractors: bool) -> Layout:
@@ -58,10 +63,10 @@ def sample_layout(state_id: int, table: list[Instruction], distractors: bool) ->
     objects: dict[str, dict[int, np.ndarray]] = {}
     placed: list[tuple[np.ndarray, float]] = []
     for n, (kind, color) in enumerate(wanted):
-        radius = _RADIUS[kind]
+        radius = RADIUS[kind]
         for _ in range(1000):
             xy = rng.uniform(OBJECT_LOW, OBJECT_HIGH)
-            free = all(np.linalg.norm(xy - p) > radius + r for p, r in placed)
+            free = is_free(xy, radius, placed)
             if n == 1 and kind == "plate":  # the goal plate of a push
                 free &= PUSH_DISTANCE[0] < np.linalg.norm(xy - placed[0][0]) < PUSH_DISTANCE[1]
             if free:

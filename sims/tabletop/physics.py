@@ -7,6 +7,7 @@ same numpy arrays [N, ...], so the env above never knows which one runs.
 
 from __future__ import annotations
 
+import copy
 import os
 
 import mujoco
@@ -39,6 +40,20 @@ class BatchPhysics:
         self.site_xmat = self._batch.bind("site_xmat")
         self.xanchor = self._batch.bind("xanchor")  # [N, njnt, 3] joint anchors in the world
         self.xaxis = self._batch.bind("xaxis")  # [N, njnt, 3] joint axes in the world
+        self.models: list[mujoco.MjModel] | None = None  # per-env models, once use_own_models was called
+
+    def use_own_models(self) -> list[mujoco.MjModel]:
+        """A copy of the model per env from now on, for the caller to edit (then `models_edited`)."""
+        self.models = [copy.copy(self.model) for _ in range(self.num_envs)]
+        self._batch.set_models(self.models)
+        return self.models
+
+    def models_edited(self) -> None:
+        self._batch.set_models(self.models)  # the batch reads caller models again only when set
+
+    def model_of(self, i: int) -> mujoco.MjModel:
+        """The model env i runs on (for rendering)."""
+        return self.model if self.models is None else self.models[i]
 
     def reset(self, ids: np.ndarray) -> None:
         """Model defaults for envs `ids` (time, warm starts, everything), before the caller writes state."""
@@ -72,9 +87,21 @@ class LoopPhysics:
         self.site_xmat = np.zeros((num_envs, model.nsite, 9))
         self.xanchor = np.zeros((num_envs, model.njnt, 3))
         self.xaxis = np.zeros((num_envs, model.njnt, 3))
+        self.models: list[mujoco.MjModel] | None = None
         for d in self._datas:
             mujoco.mj_forward(model, d)
         self._pull(range(num_envs))
+
+    def use_own_models(self) -> list[mujoco.MjModel]:
+        """A copy of the model per env from now on, for the caller to edit (then `models_edited`)."""
+        self.models = [copy.copy(self.model) for _ in range(self.num_envs)]
+        return self.models
+
+    def models_edited(self) -> None:
+        """Nothing to do: each step reads the models."""
+
+    def model_of(self, i: int) -> mujoco.MjModel:
+        return self.model if self.models is None else self.models[i]
 
     def _pull(self, ids) -> None:
         for i in ids:
@@ -95,23 +122,24 @@ class LoopPhysics:
 
     def reset(self, ids: np.ndarray) -> None:
         for i in ids:
-            mujoco.mj_resetData(self.model, self._datas[i])
+            mujoco.mj_resetData(self.model_of(i), self._datas[i])
         self._pull(ids)
 
     def forward(self, ids: np.ndarray | None = None) -> None:
         ids = range(self.num_envs) if ids is None else ids
         self._push(ids)
         for i in ids:
-            mujoco.mj_forward(self.model, self._datas[i])
+            mujoco.mj_forward(self.model_of(i), self._datas[i])
         self._pull(ids)
 
     def step(self, nstep: int) -> None:
         ids = range(self.num_envs)
         self._push(ids)
-        for d in self._datas:
-            mujoco.mj_step(self.model, d, nstep)
-            mujoco.mj_kinematics(self.model, d)  # sites, joint axes and cameras at the new state
-            mujoco.mj_camlight(self.model, d)
+        for i, d in enumerate(self._datas):
+            model = self.model_of(i)
+            mujoco.mj_step(model, d, nstep)
+            mujoco.mj_kinematics(model, d)  # sites, joint axes and cameras at the new state
+            mujoco.mj_camlight(model, d)
         self._pull(ids)
 
     def data(self, i: int, out: mujoco.MjData) -> mujoco.MjData:

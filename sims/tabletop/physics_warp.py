@@ -141,6 +141,10 @@ class WarpPhysics:
             self._mjw.step(self._m, self._d)
         self._mjw.kinematics(self._m, self._d)  # sites and joint axes at the new state
 
+    def model_of(self, i: int) -> mujoco.MjModel:
+        """Every world runs the one model (perturbations of the model need the mujoco backend)."""
+        return self.model
+
     def data(self, i: int, out: mujoco.MjData) -> mujoco.MjData:
         """Env i's state copied into `out`, kinematics and cameras recomputed (for rendering)."""
         out.qpos[:], out.qvel[:], out.ctrl[:], out.mocap_pos[:] = (

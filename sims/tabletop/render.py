@@ -28,7 +28,10 @@ class BatchRenderer:
         self._scratch = mujoco.MjData(model)
         self._shadows = shadows
         self.size = size
-        self._camera = camera
+        self._camera = mujoco.MjvCamera()
+        self._camera.type = mujoco.mjtCamera.mjCAMERA_FIXED
+        self._camera.fixedcamid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+        self._option = mujoco.MjvOption()
         self._warm = False
 
     def render(self, physics, ids: np.ndarray) -> np.ndarray:
@@ -45,7 +48,12 @@ class BatchRenderer:
         return out
 
     def _draw(self, physics, i: int, out: np.ndarray) -> None:
-        self._renderer.update_scene(physics.data(i, self._scratch), self._camera)
+        # env i's own model where perturbations gave it one: its colours, lights and cameras
+        scene = self._renderer.scene
+        data = physics.data(i, self._scratch)
+        mujoco.mjv_updateScene(
+            physics.model_of(i), data, self._option, None, self._camera, mujoco.mjtCatBit.mjCAT_ALL, scene
+        )
         if not self._shadows:
             for flag in _COSTLY_FLAGS:
                 self._renderer.scene.flags[flag] = 0

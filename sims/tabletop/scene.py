@@ -183,6 +183,7 @@ class SceneIndex:
     ee_site: int
     cube_qpos: np.ndarray  # [n_colors] start address of each cube's free joint (pos 3, quat 4)
     cube_dof: np.ndarray  # [n_colors]
+    cube_geom: np.ndarray  # [n_colors] the box geom of each cube
     button_qpos: np.ndarray  # [n_colors]
     bowl_mocap: np.ndarray  # [n_colors] mocap ids
     target_mocap: np.ndarray
@@ -208,6 +209,7 @@ class SceneIndex:
             ee_site=mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, "ee"),
             cube_qpos=model.jnt_qposadr[cubes].copy(),
             cube_dof=model.jnt_dofadr[cubes].copy(),
+            cube_geom=np.array([np.flatnonzero(model.geom_bodyid == model.jnt_bodyid[j])[0] for j in cubes]),
             button_qpos=model.jnt_qposadr[[jnt(f"button_{c}") for c in COLORS]].copy(),
             bowl_mocap=mocap("bowl"),
             target_mocap=mocap("target"),

@@ -1,0 +1,38 @@
+"""env.randomize: the axis table and the config's checks (sims/perturbation.py)."""
+
+import dataclasses
+import re
+
+import pytest
+
+from embodrl.config import compose
+from embodrl.errors import ConfigError
+from embodrl.sims.config import EnvConfig
+from embodrl.sims.perturbation import AXES, RandomizeConfig, exact
+
+
+def test_every_axis_is_a_config_field_in_table_order():
+    names = [f.name for f in dataclasses.fields(RandomizeConfig)]
+    assert names[: len(AXES)] == list(AXES)
+    assert RandomizeConfig().active == {}
+    assert exact("friction", 2).active == {"friction": 2.0} and exact("friction", 2).exact
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["env.randomize.camera=1"], "camera changes images: it needs env.obs_mode=rgb"),
+        (["env.randomize.distractors=1"], "tabletop-basic has none"),
+        (["env.suite=gym", "env.randomize.mass=1"], "tabletop suites, not gym"),
+        (["env.physics_backend=warp", "env.randomize.friction=1"], "need env.physics_backend=mujoco"),
+        (["env.randomize.friction=9"], "env.randomize.friction=9.0 must be in [0, 5.0]"),
+        (["env.randomize.instruction=1", "env.randomize.conflict=1"], "set one of conflict and instruction"),
+    ],
+)
+def test_an_axis_the_env_cannot_apply_is_a_one_line_error(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        compose(None, overrides)
+
+
+def test_rgb_and_distractor_axes_apply_where_the_env_has_them():
+    EnvConfig(suite="tabletop-lang", obs_mode="rgb", randomize=RandomizeConfig(camera=1, distractors=2))
