@@ -175,4 +175,37 @@ def make_lerobot_robot(config_class: str, kwargs: dict[str, Any]) -> Robot:
         config_cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as error:
         raise UserError(f"robot.lerobot_config={config_class!r} is not an importable module:Class") from error
+    from lerobot.cameras.configs import CameraConfig
+
+    kwargs = {**kwargs, "cameras": camera_configs(kwargs.get("cameras", {}), CameraConfig)}
     return make_robot_from_config(config_cls(**kwargs))
+
+
+def camera_configs(cameras: dict[str, Any], registry: Any) -> dict[str, Any]:
+    """LeRobot camera configs from plain dicts (YAML: {front: {type: opencv, index_or_path: 0, width: 640,
+    height: 480, fps: 30}}), each built by the class that `registry` (LeRobot's CameraConfig choice registry)
+    names for its `type`; configs that are already objects pass through."""
+    out = {}
+    for camera, config in cameras.items():
+        if not isinstance(config, dict):
+            out[camera] = config
+            continue
+        fields = dict(config)
+        kind = fields.pop("type", None)
+        if kind is None:
+            raise UserError(
+                f"robot.lerobot_kwargs.cameras.{camera} needs a type (e.g. opencv, intelrealsense)"
+            )
+        try:
+            cls = registry.get_choice_class(kind)
+        except KeyError:
+            # a camera type registers when its module is imported (lerobot.cameras.<type>)
+            try:
+                importlib.import_module(f"{registry.__module__.rsplit('.', 1)[0]}.{kind}")
+                cls = registry.get_choice_class(kind)
+            except (ImportError, KeyError) as error:
+                raise UserError(
+                    f"robot.lerobot_kwargs.cameras.{camera}: unknown camera type {kind!r}"
+                ) from error
+        out[camera] = cls(**fields)
+    return out

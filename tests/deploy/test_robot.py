@@ -8,6 +8,7 @@ import pytest
 from embodrl.deploy.config import ObservationKeys, RobotConfig
 from embodrl.deploy.franka import FrankaRobot
 from embodrl.deploy.robot import Robot, RobotIO, check_robot, connected, make_lerobot_robot
+from embodrl.deploy.robot import camera_configs as make_cameras
 from embodrl.deploy.sim_robot import SimRobot
 from embodrl.errors import UserError
 from tests.deploy.fakes import FakeRobot
@@ -64,3 +65,24 @@ def test_sim_robot_dropouts_hold_and_are_reported():
     assert 0 < len(held) < 20  # some commands were lost, and send_action says so
     assert all(s["gripper"] == 0.5 for s in sent if s["dx"] != 0.0)
     assert moved
+
+
+class _CameraRegistry:
+    """LeRobot's CameraConfig choice registry in miniature: type name -> config class."""
+
+    @staticmethod
+    def get_choice_class(kind: str):
+        if kind != "opencv":
+            raise KeyError(kind)
+        return dict  # stands for OpenCVCameraConfig: built from the remaining fields
+
+
+def test_camera_configs_from_yaml_dicts_are_built_by_their_type():
+    built = make_cameras(
+        {"front": {"type": "opencv", "index_or_path": 0, "fps": 30}, "wrist": object}, _CameraRegistry
+    )
+    assert built["front"] == {"index_or_path": 0, "fps": 30} and built["wrist"] is object
+    with pytest.raises(UserError, match="needs a type"):
+        make_cameras({"front": {"index_or_path": 0}}, _CameraRegistry)
+    with pytest.raises(UserError, match="unknown camera type 'zed'"):
+        make_cameras({"front": {"type": "zed"}}, _CameraRegistry)
