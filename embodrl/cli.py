@@ -204,6 +204,9 @@ def cmd_eval(args: argparse.Namespace) -> None:
     if args.demos:
         _replay_demos(args, cfg, policy, out)
         return
+    if args.perturb:
+        _robustness(args, cfg, policy, out)
+        return
     # the run's evaluation envs: with its seed, the same episodes get the same noise as in the run
     env_cfg = dataclasses.replace(cfg.env, num_envs=cfg.train.eval_envs or cfg.env.num_envs)
     with make_env(env_cfg, device=cfg.device) as env:
@@ -234,6 +237,35 @@ def cmd_eval(args: argparse.Namespace) -> None:
         shares = "".join(f"  {name} {flag['per_instruction'][text]:6.1%}" for name, flag in flags.items())
         print(f"  {rate:6.1%}{shares}  {text}")
     print(f"outputs: {out}")
+
+
+def _robustness(args: argparse.Namespace, cfg, policy, out) -> None:
+    import dataclasses
+
+    from embodrl.train.robustness import parse_perturb, print_row, run_robustness, write_report
+
+    levels = parse_perturb(args.perturb)
+    # the run's evaluation envs and seeds, as a plain eval; the nominal rows leave a run's env.randomize off
+    env_cfg = dataclasses.replace(cfg.env, num_envs=cfg.train.eval_envs or cfg.env.num_envs)
+    seed = env_cfg.randomize.seed
+    print(f"robustness over {args.episodes} paired episodes per level (perturbation seed {seed})")
+    report = run_robustness(
+        policy,
+        env_cfg,
+        levels,
+        args.episodes,
+        seed=cfg.seed,
+        first_state_id=args.first_state,
+        deterministic=not args.stochastic,
+        explicit="all" not in [item.partition("=")[0] for item in args.perturb],
+        device=cfg.device,
+        on_row=print_row,
+    )
+    plot = write_report(report, out)
+    print(
+        f"outputs: {out / 'robustness.json'}, "
+        + (str(plot) if plot else "no plot (matplotlib is not installed)")
+    )
 
 
 def _replay_demos(args: argparse.Namespace, cfg, policy, out) -> None:
@@ -468,6 +500,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --demos, replay the dataset's episodes from index K on (default 0). A policy trained with "
         "sft.max_episodes=K never saw them: its error there against its error on demos 0.. measures how "
         "well it generalizes off its training demos",
+    )
+    p.add_argument(
+        "--perturb",
+        nargs="+",
+        action="extend",
+        metavar="AXIS[=LEVELS]",
+        help="robustness evaluation: the same --episodes nominal and under each perturbation level, paired "
+        "by initial state; prints success with a 95%% interval and the drop against nominal per axis and "
+        "level, writes robustness.json and robustness.png. AXIS: all, camera, lighting, color, size, "
+        "distractors, spawn, instruction, conflict, proprio_noise, latency, mass, friction, gains "
+        "(docs/evaluation.md); LEVELS: 1,2,3 (default: all). Draws follow env.randomize.seed. Give "
+        "key=value overrides before it",
     )
     p.add_argument(
         "--out",
