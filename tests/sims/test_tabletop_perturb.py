@@ -8,6 +8,7 @@ import torch
 from embodrl.sims.config import EnvConfig
 from embodrl.sims.perturbation import RandomizeConfig, exact
 from embodrl.sims.registry import make_env
+from embodrl.sims.tabletop import physics
 from embodrl.sims.tabletop.layout import OBJECT_HIGH, OBJECT_LOW
 from embodrl.sims.tabletop.perturb import PROPRIO_STD, SPAWN_WIDENING
 from embodrl.sims.tabletop.scene import PARK_X
@@ -153,3 +154,16 @@ def test_training_randomization_draws_severities_per_episode_up_to_the_range():
         / env.model.geom_friction[0, 0]
     )
     assert len(np.unique(scales.round(6))) == 8 and (np.abs(np.log(scales)) <= 2 * np.log(1.3) + 1e-9).all()
+
+
+def test_the_loop_backend_runs_the_same_per_env_models(monkeypatch):
+    randomize = RandomizeConfig(friction=3, mass=3, lighting=3)
+    batched, _ = _start(randomize, obs_mode="rgb")
+    monkeypatch.setattr(physics, "_mj_batch", None)
+    looped, _ = _start(randomize, obs_mode="rgb")
+    assert isinstance(looped.physics, physics.LoopPhysics)
+    for _ in range(10):
+        ra = batched.step(batched.expert_actions())
+        rb = looped.step(looped.expert_actions())
+    assert torch.allclose(ra.obs["privileged"], rb.obs["privileged"], atol=1e-5)
+    assert torch.equal(ra.obs["rgb"], rb.obs["rgb"])
