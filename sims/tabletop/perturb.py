@@ -33,7 +33,6 @@ _SALT = 0x9E27B  # separates perturbation streams from layouts and auto-reset dr
 SPAWN_WIDENING = 0.2  # of the start regions, per unit of severity
 DISTRACTORS_PER_UNIT = 2
 PROPRIO_STD = 0.005  # per unit of severity
-KINDS = ("cube", "target", "plate", "bowl", "button")
 
 
 def level_of(severity: float) -> int:
@@ -97,7 +96,7 @@ class Perturbations:
             _add(objects, kind, paraphrase.contradicting_colour(entry), self.rng("conflict", state_id))
         if "distractors" in self.axes:
             rng = self.rng("distractors", state_id)
-            unused = [(k, c) for k in KINDS for c in range(len(COLOR_NAMES)) if c not in objects.get(k, {})]
+            unused = [(k, c) for k in RADIUS for c in range(len(COLOR_NAMES)) if c not in objects.get(k, {})]
             count = DISTRACTORS_PER_UNIT * level_of(self.severity("distractors", state_id))
             for n in rng.permutation(len(unused))[:count]:
                 _add(objects, *unused[n], rng)
