@@ -162,6 +162,8 @@ def cmd_collect(args: argparse.Namespace) -> None:
         noise_std=args.noise,
         seed=cfg.seed,
         tasks=tasks,
+        post_success_steps=args.post_success_steps,
+        keep_failures=args.keep_failures,
         **first_state,
     )
     if bool(args.out) == bool(args.resume):
@@ -418,7 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the suite's scripted experts and write successful episodes as a LeRobotDataset v3 "
         "folder (parquet + mp4 + meta/), readable by LeRobot/openpi tooling and by `embodrl sft`. With "
         "env.obs_mode=rgb the camera images are stored as videos. Failed expert episodes are dropped and "
-        "counted. " + OVERRIDES_HELP,
+        "counted. Every frame carries a success label (next.reward, next.done: LeRobot's HIL-SERL names). "
+        + OVERRIDES_HELP,
     )
     _add_experiment_arguments(p)
     p.add_argument("--out", help="dataset folder to create")
@@ -447,6 +450,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--tasks",
         help="comma-separated subset of the suite's tasks to collect (with env.task=null), e.g. "
         "pretraining data without the target task: --tasks reach,push,place,stack,press",
+    )
+    p.add_argument(
+        "--post-success-steps",
+        type=int,
+        default=0,
+        metavar="K",
+        help="record K more steps after the task succeeds (the expert holding; the simulator's success then "
+        "does not end the episode): frames that show success, labelled next.reward=1, the positives of "
+        "`embodrl reward train` (default 0)",
+    )
+    p.add_argument(
+        "--keep-failures",
+        action="store_true",
+        help="keep failed attempts too (success=false in meta/episodes): negatives for `embodrl reward "
+        "train`; --episodes-per-task still counts successes",
     )
     p.set_defaults(func=cmd_collect)
 

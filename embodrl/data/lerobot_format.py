@@ -53,6 +53,10 @@ LEROBOT_KEYS: dict[str, str] = {
     "privileged": "observation.environment_state",
 }
 ACTION_KEY = "action"
+# LeRobot's HIL-SERL names for per-frame labels: 1.0 where the frame shows the task done (its reward
+# classifier's label), and True on an episode's last frame
+REWARD_KEY = "next.reward"
+DONE_KEY = "next.done"
 VISUAL_DTYPES = ("video", "image")
 NUMERIC_DTYPES = ("float32", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
 

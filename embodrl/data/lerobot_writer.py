@@ -286,9 +286,12 @@ class LeRobotDatasetWriter:
 
     def _stats(self) -> dict[str, dict[str, np.ndarray]]:
         """Dataset stats: exact over all frames for numeric features, aggregated per episode for videos."""
+        # flattened first: a shape-[1] feature is [T] when reopened from parquet and [T, 1] when just added
         stats = {
             k: fmt.feature_stats(
-                np.concatenate(v).reshape(self.num_frames, *self._numeric_features()[k]["shape"])
+                np.concatenate([x.reshape(-1) for x in v]).reshape(
+                    self.num_frames, *self._numeric_features()[k]["shape"]
+                )
             )
             for k, v in self._values.items()
             if v

@@ -1,4 +1,11 @@
-"""`embodrl collect`: scripted-expert demonstrations written as a LeRobotDataset v3.0 folder."""
+"""`embodrl collect`: scripted-expert demonstrations written as a LeRobotDataset v3.0 folder.
+
+Every frame carries a success label under LeRobot's HIL-SERL names: `next.reward` is 1.0 where the frame's
+observation shows the task done (as in LeRobot's HIL-SERL recordings, whose reward classifier learns
+`next.reward` from the same frame's images) and `next.done` marks an episode's last frame; meta/episodes
+holds each episode's outcome (`success`). `post_success_steps` records frames past the success (the expert
+holding) and `keep_failures` keeps failed attempts: the positives and negatives of a success classifier.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +22,7 @@ from tqdm import tqdm
 
 from embodrl.choices import check_positive
 from embodrl.data.lerobot_dataset import locate_dataset
-from embodrl.data.lerobot_format import ACTION_KEY, LEROBOT_KEYS
+from embodrl.data.lerobot_format import ACTION_KEY, DONE_KEY, LEROBOT_KEYS, REWARD_KEY
 from embodrl.data.lerobot_writer import LeRobotDatasetWriter, is_consolidated, read_episode_rows
 from embodrl.data.video import VideoConfig
 from embodrl.errors import UserError
@@ -23,6 +30,7 @@ from embodrl.sims.base import VecEnv
 from embodrl.sims.config import EnvConfig
 from embodrl.sims.registry import make_env, suite_tasks
 from embodrl.train.episodes import run_episodes
+from embodrl.train.hold_after_success import HoldAfterSuccess
 
 
 @dataclass
@@ -41,6 +49,10 @@ class CollectConfig:
     # A subset of the suite's named tasks (env.task unset), e.g. pretraining data that leaves the target
     # task out; empty: every task.
     tasks: tuple[str, ...] = ()
+    # Steps recorded past the first success (the expert holding, labelled by the simulator's success): the
+    # positive frames of a success classifier. 0: the episode ends at the success, which no frame shows.
+    post_success_steps: int = 0
+    keep_failures: bool = False  # keep failed attempts too (negatives for a classifier; success=False)
     video: VideoConfig = field(default_factory=VideoConfig)
 
     def __post_init__(self) -> None:
@@ -49,16 +61,18 @@ class CollectConfig:
         check_positive("collect.fps", self.fps)
         check_positive("collect.first_state_id", self.first_state_id, allow_zero=True)
         check_positive("collect.max_attempts_per_episode", self.max_attempts_per_episode)
+        check_positive("collect.post_success_steps", self.post_success_steps, allow_zero=True)
 
 
 @dataclass
 class CollectStats:
-    """What a collect run produced: kept episodes and expert failures (dropped), per task."""
+    """What a collect run produced: kept episodes and expert failures (dropped unless kept), per task."""
 
     root: Path
     episodes: int = 0
     frames: int = 0
     failures: int = 0
+    failures_kept: bool = False
     per_task: dict[str, tuple[int, int]] = field(default_factory=dict)  # task -> (kept, failed)
     seconds: float = 0.0
 
@@ -66,12 +80,12 @@ class CollectStats:
         tasks = ", ".join(f"{t}: {k} kept / {f} failed" for t, (k, f) in self.per_task.items())
         return (
             f"{self.episodes} episodes ({self.frames} frames) written to {self.root} in {self.seconds:.1f}s; "
-            f"{self.failures} expert failures dropped [{tasks}]"
+            f"{self.failures} expert failures {'kept' if self.failures_kept else 'dropped'} [{tasks}]"
         )
 
 
 def dataset_features(env: VecEnv) -> dict[str, dict]:
-    """LeRobot features for an env's observations (cameras as video) and actions."""
+    """LeRobot features for an env's observations (cameras as video), actions and success labels."""
     features = {}
     for key, name in LEROBOT_KEYS.items():
         spec = env.observation_spec.get(key)
@@ -87,6 +101,8 @@ def dataset_features(env: VecEnv) -> dict[str, dict]:
             features[name] = {"dtype": "float32", "shape": list(spec.shape), "names": None}
     action = env.action_spec
     features[ACTION_KEY] = {"dtype": "float32", "shape": [action.dim], "names": list(action.names) or None}
+    features[REWARD_KEY] = {"dtype": "float32", "shape": [1], "names": None}
+    features[DONE_KEY] = {"dtype": "bool", "shape": [1], "names": None}
     return features
 
 
@@ -97,17 +113,22 @@ def collect_episodes(
     cfg: CollectConfig,
     bar: tqdm | None = None,
     env_task: str = "",
+    max_steps: int | None = None,
 ) -> tuple[int, int]:
     """Run the env's scripted expert (`env.expert_actions()` [N, A]) until `num_episodes` succeed.
 
-    Attempt k starts from initial state `cfg.first_state_id + k`; failed episodes are dropped. Returns
-    (kept, failed). Each kept episode records its initial state id and `env_task` (the task the env was
-    built for, which the ids index) in meta/episodes, so `embodrl eval --demos` can replay it. Each env
+    Attempt k starts from initial state `cfg.first_state_id + k`; failed episodes are dropped (kept with
+    `cfg.keep_failures`). An episode goes on `cfg.post_success_steps` past its first success, which needs
+    an env whose success does not end episodes, and ends unsuccessful after `max_steps` (default: the
+    env's own limit alone). Returns (successes kept, failures). Each kept episode records its initial
+    state id, `env_task` (the task the env was built for, which the ids index) and its outcome (`success`)
+    in meta/episodes, so `embodrl eval --demos` can replay it. Each env
     holds at most one attempt; no attempt starts once the ones in flight could complete the quota, so
     the kept set does not depend on how many envs run in parallel.
     """
     if not hasattr(env, "expert_actions"):
         raise UserError(f"{type(env).__name__} has no scripted expert (expert_actions); collect needs one")
+    env = HoldAfterSuccess(env, cfg.post_success_steps, max_steps)
     n = env.num_envs
     max_attempts = math.ceil(num_episodes * cfg.max_attempts_per_episode)
     if cfg.first_state_id + max_attempts > env.num_init_states:
@@ -132,7 +153,7 @@ def collect_episodes(
             attempt[i] = counts["started"]
             noise[i] = np.random.default_rng((cfg.seed, attempt[i]))
             counts["started"] += 1
-            buffers[i] = {name: [] for name in (*keys.values(), ACTION_KEY)}
+            buffers[i] = {name: [] for name in (*keys.values(), ACTION_KEY, REWARD_KEY)}
         return int(attempt[i])
 
     def expert_act(obs: TensorDict) -> torch.Tensor:
@@ -151,6 +172,7 @@ def collect_episodes(
             for i, text in zip(fresh, texts, strict=True):
                 tasks[i] = text
         values = {name: obs[key].cpu().numpy() for key, name in keys.items()}
+        values[REWARD_KEY] = env.success_now.numpy().astype(np.float32)  # the label of the state shown
         for i in active:
             for name, v in values.items():
                 buffers[i][name].append(v[i])
@@ -158,11 +180,12 @@ def collect_episodes(
         return torch.from_numpy(executed)[:, None]  # chunk of one: [N, 1, A]
 
     def end_attempt(i: int, episode: int, success: bool) -> None:
-        if success:
+        if success or cfg.keep_failures:
             data = {k: np.stack(v) for k, v in buffers[i].items()}
-            writer.add_episode(
-                data, tasks[i], {"init_state_id": cfg.first_state_id + episode, "env_task": env_task}
-            )
+            data[DONE_KEY] = np.arange(len(data[ACTION_KEY])) == len(data[ACTION_KEY]) - 1
+            info = {"init_state_id": cfg.first_state_id + episode, "env_task": env_task, "success": success}
+            writer.add_episode(data, tasks[i], info)
+        if success:
             counts["kept"] += 1
             if bar is not None:
                 bar.update(1)
@@ -214,7 +237,7 @@ def collect_demos(
     concatenates them into LeRobot's usual files.
     """
     tasks = tasks_to_collect(env_cfg, cfg.tasks)
-    stats = CollectStats(root=Path(out_dir))
+    stats = CollectStats(root=Path(out_dir), failures_kept=cfg.keep_failures)
     begin = time.perf_counter()
     writer: LeRobotDatasetWriter | None = None
     done: Counter[str] = Counter()  # env_task -> episodes kept before this run (resume)
@@ -222,7 +245,7 @@ def collect_demos(
     if resume:
         out_dir = locate_dataset(out_dir)
         rows = read_episode_rows(out_dir)
-        done.update(row.get("env_task", "") for row in rows)
+        done.update(row.get("env_task", "") for row in rows if row.get("success", True))
         if rows and is_consolidated(rows):  # killed after it was finalized: done if it holds what was asked
             short = {
                 t or env_cfg.suite: done[t or ""] for t in tasks if done[t or ""] < cfg.episodes_per_task
@@ -244,7 +267,15 @@ def collect_demos(
         if wanted <= 0:
             stats.per_task[task or env_cfg.suite] = (0, 0)
             continue
-        with make_env(replace(env_cfg, task=task)) as env:
+        # past a success the expert holds: the simulator's success must not end the episode then
+        holding = cfg.post_success_steps > 0
+        task_env = replace(
+            env_cfg,
+            task=task,
+            terminate_on_success=env_cfg.terminate_on_success and not holding,
+            max_episode_steps=env_cfg.max_episode_steps + cfg.post_success_steps,
+        )
+        with make_env(task_env) as env:
             if writer is None:
                 writer = LeRobotDatasetWriter(
                     out_dir, cfg.fps, dataset_features(env), env_cfg.suite, cfg.video
@@ -256,7 +287,9 @@ def collect_demos(
                 )
             bar.set_description(f"demos {task or env_cfg.suite}")
             task_cfg = replace(cfg, first_state_id=next_state.get(task or "", cfg.first_state_id))
-            kept, failed = collect_episodes(env, writer, wanted, task_cfg, bar, task or "")
+            kept, failed = collect_episodes(
+                env, writer, wanted, task_cfg, bar, task or "", max_steps=env_cfg.max_episode_steps
+            )
         stats.per_task[task or env_cfg.suite] = (kept, failed)
         stats.episodes += kept
         stats.failures += failed

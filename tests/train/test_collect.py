@@ -16,6 +16,7 @@ from embodrl.train.collect import (
     tasks_to_collect,
 )
 from tests.data.counting_env import INSTRUCTIONS, CountingEnv
+from tests.train.holding_env import HoldingEnv, success_step
 
 
 def _collect(tmp_path, cfg: CollectConfig, num_episodes: int, env: CountingEnv) -> LeRobotDataset:
@@ -140,3 +141,28 @@ def test_resume_continues_an_interrupted_collection(tmp_path, monkeypatch):
     more = CollectConfig(episodes_per_task=4, tasks=("reach", "push"))
     with pytest.raises(UserError, match="finished dataset with fewer episodes than asked"):
         collect_demos(env_cfg, tmp_path / "demos", more, progress=False, resume=True)
+
+
+def test_labels_past_the_success_and_kept_failures_read_back(tmp_path):
+    env = HoldingEnv(num_envs=2)
+    cfg = CollectConfig(first_state_id=0, post_success_steps=2, keep_failures=True)
+    with LeRobotDatasetWriter(tmp_path / "demos", cfg.fps, dataset_features(env)) as writer:
+        kept, failed = collect_episodes(env, writer, 4, cfg, max_steps=8)
+    # state ids 0, 1, 2 succeed, 3 fails (kept), 4 succeeds
+    assert (kept, failed) == (4, 1)
+    ds = LeRobotDataset(tmp_path / "demos")
+    assert ds.features["next.reward"]["dtype"] == "float32" and ds.features["next.done"]["dtype"] == "bool"
+    by_state = {s: e for e, s in enumerate(ds.episodes["init_state_id"])}
+    assert sorted(by_state) == [0, 1, 2, 3, 4]
+    for state_id, e in by_state.items():
+        ep = ds.episode(e)
+        first = success_step(state_id)
+        assert ds.episodes["success"][e] == (first is not None)
+        # frames show steps 0.. ; the labels say which show the task done (the bright image)
+        expected = [first is not None and t >= first for t in range(len(ep["next.reward"]))]
+        np.testing.assert_array_equal(ep["next.reward"] == 1.0, expected)
+        np.testing.assert_array_equal(
+            ep["next.reward"] == 1.0, ep["observation.images.main"][:, 0, 0, 0] > 100
+        )
+        assert len(ep["next.reward"]) == (8 if first is None else first + 2)  # K frames show success
+        assert ep["next.done"].tolist() == [False] * (len(ep["next.done"]) - 1) + [True]
