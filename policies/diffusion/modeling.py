@@ -77,6 +77,12 @@ class DiffusionPolicy(VLAPolicy):
 
         return eps
 
+    @property
+    def caches_prefix(self) -> bool:
+        """policy.cache_frozen_prefix on a frozen VLA prefix: its pooled features go to replay, so the update
+        runs the denoiser alone instead of the towers and the language model again."""
+        return self.cfg.cache_frozen_prefix and self.prefix_encoder is not None and self.prefix_encoder.frozen
+
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
         image_features = self.encoder.frozen_image_features(obs) if self.encoder is not None else None
@@ -91,6 +97,8 @@ class DiffusionPolicy(VLAPolicy):
         replay = {"chain": chain}
         if image_features is not None:  # frozen CNNs: the update reads their features from here
             replay["image_features"] = image_features
+        if self.caches_prefix:
+            replay["prefix_features"] = features
         return ActOut(
             actions=self.normalizers["action"].unnormalize(action_norm),
             logprob=reduce_logprob(logprob, self.cfg.logprob_type),
@@ -100,7 +108,9 @@ class DiffusionPolicy(VLAPolicy):
 
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
         check_replay(replay, ("chain",), self.family)
-        features = self.features(obs, image_features=replay.get("image_features", None))
+        features = replay.get("prefix_features", None)
+        if features is None:
+            features = self.features(obs, image_features=replay.get("image_features", None))
         logprob, entropy = self.mdp.chain_logprob(self._eps_model(features), replay["chain"])
         return EvalOut(
             logprob=reduce_logprob(logprob, self.cfg.logprob_type),

@@ -59,6 +59,11 @@ class VLAPrefixEncoder(nn.Module):
     def hidden_size(self) -> int:
         return self.backbone.hidden_size
 
+    @property
+    def frozen(self) -> bool:
+        """Whether no weight of the prefix trains: its output is then a fixed function of the observation."""
+        return not any(p.requires_grad for p in self.backbone.parameters())
+
     def forward(self, obs: TensorDict, augment: bool = False) -> Prefix:
         """The prefix of `obs`; `augment` shifts the images at random by up to `policy.image_shift` (SFT)."""
         missing = [k for k in self.keys if k not in obs.keys()]

@@ -7,6 +7,7 @@ from diffusers import DDIMScheduler, DDPMScheduler
 from embodrl.errors import ConfigError, UserError
 from embodrl.policies.diffusion.configuration import DiffusionConfig
 from embodrl.policies.diffusion.dppo import DenoisingMDP
+from embodrl.policies.finetune import prepare_finetuning
 from embodrl.policies.loading import load_policy
 from tests.policies.vla_testing import LOGPROB_SHAPES, N, build, make_obs
 
@@ -107,3 +108,21 @@ def test_bad_config_and_replay_are_errors():
     policy = build("diffusion", obs_keys=("state",))
     with pytest.raises(UserError, match="replay lacks"):
         policy.evaluate(make_obs(), policy.act(make_obs()).replay.exclude("chain"))
+
+
+def test_a_frozen_vla_prefix_is_cached_for_the_update_and_gives_the_same_logprobs():
+    # the camera and instruction only: a state token's projection trains with the head, so a prefix that
+    # reads the state is not frozen
+    vla = {"obs_keys": ("rgb",), "diffusion": {"conditioning": "vla"}}
+    policy = build("diffusion", **vla, train_expert_only=True, cache_frozen_prefix=True)
+    prepare_finetuning(policy, policy.cfg)
+    obs = make_obs()
+    out = policy.act(obs)
+    assert out.replay["prefix_features"].shape == (N, 2 * policy.prefix_encoder.hidden_size)
+    cached = policy.evaluate(obs, out.replay)
+    recomputed = policy.evaluate(obs, out.replay.exclude("prefix_features"))
+    torch.testing.assert_close(cached.logprob, recomputed.logprob)
+    cached.logprob.sum().backward()  # the denoiser trains from the cache alone
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.denoiser.parameters())
+    trained = build("diffusion", **vla, cache_frozen_prefix=True)
+    assert "prefix_features" not in trained.act(obs).replay.keys()  # a prefix that trains runs again
