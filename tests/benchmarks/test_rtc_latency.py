@@ -1,0 +1,31 @@
+"""The chunk-latency benchmark on a small flow policy: every mode runs on the stand-in robot and seams
+are found where new chunks start."""
+
+import runpy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.registry import make_policy
+
+SCRIPT = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "rtc_latency.py"))
+
+
+def test_jumps_split_into_seams_and_the_steps_inside_chunks():
+    sent = [np.array([0.0, 0, 1]), np.array([1.0, 0, 1]), np.array([1.0, 0, -1]), np.array([1.0, 3, -1])]
+    seams, inside = SCRIPT["arm_jumps"](sent, seams=[0, 3], gripper_dim=-1)
+    assert seams == [3.0] and inside == [1.0, 0.0]  # the gripper's switch at step 2 is left out
+
+
+@pytest.mark.slow
+def test_every_mode_runs_and_reports_its_seams(tmp_path):
+    torch.manual_seed(0)
+    cfg = PolicyConfig(family="flow", chunk_size=8, action_dim=7, obs_keys=("state",))
+    make_policy(cfg, {"state": (22,)}).save_pretrained(tmp_path / "flow")
+    argv = [str(tmp_path / "flow"), "--episodes", "1", "--latency-ms", "0", "--max-steps", "9", "--fps", "30"]
+    rows = SCRIPT["main"](argv)
+    assert [r["mode"] for r in rows] == ["open_loop", "blend", "rtc", "guided_rtc"]
+    assert all(r["seams"] >= 1 and r["episodes"] == 1 and r["steps_mean"] == 9 for r in rows)
