@@ -17,7 +17,7 @@ import numpy as np
 from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.data.lerobot_format import ACTION_KEY, LEROBOT_KEYS
 from embodrl.deploy.config import RobotConfig, robot_camera
-from embodrl.deploy.robot import RobotBase
+from embodrl.deploy.robot import MotorsAndCameras
 from embodrl.errors import UserError
 
 STATE_FEATURE = LEROBOT_KEYS["state"]
@@ -34,7 +34,7 @@ def feature_names(feature: dict, prefix: str) -> list[str]:
     return [f"{prefix}.{i}" for i in range(size)]
 
 
-class ReplayRobot(RobotBase):
+class ReplayRobot(MotorsAndCameras):
     """Plays `robot.dataset`'s episodes from `robot.episode` on, one per deploy episode."""
 
     def __init__(self, cfg: RobotConfig) -> None:
@@ -56,15 +56,8 @@ class ReplayRobot(RobotBase):
         self.done = self.success = False
 
     @property
-    def observation_features(self) -> dict[str, Any]:
-        features: dict[str, Any] = {name: float for name in self.state_names}
-        for camera, key in self.cameras.items():
-            features[camera] = tuple(self.dataset.features[key]["shape"])
-        return features
-
-    @property
-    def action_features(self) -> dict[str, Any]:
-        return {name: float for name in self.action_names}
+    def camera_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {camera: tuple(self.dataset.features[key]["shape"]) for camera, key in self.cameras.items()}
 
     @property
     def instruction(self) -> str:

@@ -82,6 +82,26 @@ class RobotBase(ABC):
         self.disconnect()
 
 
+class MotorsAndCameras(RobotBase):
+    """A robot whose observation is named motors (floats, `state_names`) and cameras of fixed shapes
+    (`camera_shapes`), and whose action is named motors (`action_names`)."""
+
+    state_names: tuple[str, ...] | list[str]
+    action_names: tuple[str, ...] | list[str]
+
+    @property
+    @abstractmethod
+    def camera_shapes(self) -> dict[str, tuple[int, ...]]: ...
+
+    @property
+    def observation_features(self) -> dict[str, Any]:
+        return {**{name: float for name in self.state_names}, **self.camera_shapes}
+
+    @property
+    def action_features(self) -> dict[str, Any]:
+        return {name: float for name in self.action_names}
+
+
 def check_robot(robot: object) -> None:
     """Raise a UserError naming what a would-be robot lacks."""
     missing = [name for name in ROBOT_MEMBERS if not hasattr(robot, name)]

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from embodrl.deploy.config import RobotConfig
-from embodrl.deploy.robot import RobotBase
+from embodrl.deploy.robot import MotorsAndCameras
 from embodrl.obs_keys import IMAGE_KEYS
 from embodrl.sims.config import EnvConfig
 from embodrl.sims.registry import make_env
@@ -23,7 +23,7 @@ EE_FEATURES = ("ee.x", "ee.y", "ee.z")  # the tabletop state starts with the EE 
 NO_TIME_LIMIT = 10**6  # the deploy loop, not the sim, decides when an episode is over
 
 
-class SimRobot(RobotBase):
+class SimRobot(MotorsAndCameras):
     """A tabletop sim arm behind the Robot protocol; `done`/`success` tell the loop when the task ended."""
 
     def __init__(self, cfg: RobotConfig, image_size: int = 64) -> None:
@@ -49,15 +49,8 @@ class SimRobot(RobotBase):
         self.done = self.success = False
 
     @property
-    def observation_features(self) -> dict[str, Any]:
-        features: dict[str, Any] = {name: float for name in self.state_names}
-        for key in self.cameras:
-            features[key] = tuple(self.env.observation_spec[key].shape)
-        return features
-
-    @property
-    def action_features(self) -> dict[str, Any]:
-        return {name: float for name in self.action_names}
+    def camera_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {key: tuple(self.env.observation_spec[key].shape) for key in self.cameras}
 
     @property
     def instruction(self) -> str:
