@@ -25,6 +25,12 @@ class FlowConfig:
     action_horizon: int = 0  # vla: chunk length H the expert denoises (pi0: 50); 0 = policy.chunk_size
     max_action_dim: int = 0  # vla: actions zero-padded to this width (pi0: 32); 0 = policy.action_dim
     max_state_dim: int = 0  # vla: state zero-padded to this width (pi0: 32); 0 = the env's state size
+    # vla prompts. openpi strips the instruction and turns underscores and newlines into spaces; LeRobot's
+    # pi0 processor reads it as given (pi05 cleans in both).
+    clean_instruction: bool = True
+    # pi05: the normalized state is zero-padded to this width before it is discretized into the prompt
+    # (LeRobot pads to its max_state_dim, 32); 0 = the state as it is (openpi).
+    prompt_state_dim: int = 0
     hidden_dims: tuple[int, ...] = (256, 256, 256)  # velocity MLP on [features, x_t, time features]
     num_time_frequencies: int = 4  # sin/cos features of t: 2 * this many inputs
     num_steps: int = 4  # K Euler steps from t=1 (noise) to t=0 (action)
@@ -48,7 +54,7 @@ class FlowConfig:
         check_choice("policy.flow.chain_reduction", self.chain_reduction, CHAIN_REDUCTIONS)
         check_choice("policy.flow.conditioning", self.conditioning, CONDITIONINGS)
         check_choice("policy.flow.vla_variant", self.vla_variant, VLA_VARIANTS)
-        for key in ("action_horizon", "max_action_dim", "max_state_dim"):
+        for key in ("action_horizon", "max_action_dim", "max_state_dim", "prompt_state_dim"):
             check_positive(f"policy.flow.{key}", getattr(self, key), allow_zero=True)
         if self.noise_std_max < self.noise_std_min:
             raise ConfigError(

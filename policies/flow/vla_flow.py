@@ -4,7 +4,8 @@ Prefix layout (openpi's embed_prefix): [patches of each camera] [prompt tokens, 
 bidirectional over the real prefix tokens and positions count real tokens only (cumsum(mask) - 1), so
 padding changes nothing. Prompts follow openpi's PaligemmaTokenizer: pi0 reads the cleaned instruction and
 a newline; pi05 reads "Task: ..., State: ...;" then "Action: ", the normalized state discretized into 256
-bins over [-1, 1].
+bins over [-1, 1]. Checkpoints trained with LeRobot's processors keep a pi0 instruction as given and pad
+the pi05 state to 32 dims first (policy.flow.clean_instruction, prompt_state_dim).
 """
 
 from __future__ import annotations
@@ -70,11 +71,21 @@ def discretize_state(state: torch.Tensor) -> torch.Tensor:
     return torch.bucketize(state.contiguous(), edges, right=True) - 1
 
 
-def make_prompts(variant: str, instructions: Sequence[str], state: torch.Tensor | None) -> list[str]:
-    """The text the language model reads, per openpi's PaligemmaTokenizer."""
-    cleaned = [clean_instruction(text) for text in instructions]
+def make_prompts(
+    variant: str,
+    instructions: Sequence[str],
+    state: torch.Tensor | None,
+    clean: bool = True,
+    state_dim: int = 0,
+) -> list[str]:
+    """The text the language model reads, per openpi's PaligemmaTokenizer; `clean=False` keeps a pi0
+    instruction as given and `state_dim` zero-pads the pi05 state first, as LeRobot's processors do."""
     if variant == "pi0" or state is None:
-        return [f"{text}\n" for text in cleaned]
+        texts = [clean_instruction(text) if clean else text for text in instructions]
+        return [text if text.endswith("\n") else f"{text}\n" for text in texts]  # LeRobot: one newline
+    cleaned = [clean_instruction(text) for text in instructions]
+    if state_dim > state.shape[-1]:
+        state = torch.nn.functional.pad(state, (0, state_dim - state.shape[-1]))
     bins = discretize_state(state).tolist()
     return [
         f"Task: {text}, State: {' '.join(map(str, row))};\nAction: "
@@ -91,6 +102,8 @@ class VLAFlowPrefix(nn.Module):
         self.image_keys = tuple(k for k in cfg.obs_keys if k in IMAGE_KEYS)
         self.image_shift = cfg.image_shift
         self.variant = cfg.flow.vla_variant
+        self.clean_instruction = cfg.flow.clean_instruction
+        self.prompt_state_dim = cfg.flow.prompt_state_dim
         self.backbone = VLABackbone(
             cfg.vla_architecture,
             image_keys=self.image_keys,
@@ -128,7 +141,10 @@ class VLAFlowPrefix(nn.Module):
             for patches in backbone.encode_images(images, shift).chunk(len(self.image_keys), dim=0):
                 parts.append(patches)
                 masks.append(torch.ones(patches.shape[:2], dtype=torch.bool, device=device))
-        prompts = make_prompts(self.variant, read_instructions(obs, backbone.instruction_table), state)
+        instructions = read_instructions(obs, backbone.instruction_table)
+        prompts = make_prompts(
+            self.variant, instructions, state, self.clean_instruction, self.prompt_state_dim
+        )
         ids, ids_mask = tokenize_instructions(
             backbone.tokenizer, prompts, backbone.max_instruction_tokens, device
         )

@@ -8,7 +8,9 @@ Layouts (a folder each):
   lerobot (PI0Policy / PI05Policy): the same keys under `model.`; config.json with "type" pi0 | pi05 and the
           same variant fields; stats in policy_preprocessor_step_*_normalizer_processor.safetensors
           (`observation.state.mean`, `action.q01`, ...).
-pi0 vs pi0.5 is read from the weights (`time_mlp_in` + adaRMS `dense` norms mean pi0.5). Dimensions come
+pi0 vs pi0.5 is read from the weights (`time_mlp_in` + adaRMS `dense` norms mean pi0.5). A LeRobot checkpoint
+keeps LeRobot's prompts: the pi0 instruction as given (openpi cleans it), the pi0.5 state zero-padded to
+max_state_dim before it is discretized into the prompt (openpi: the state as is). Dimensions come
 from the variant names (openpi's Gemma table) and the tensors (vocabulary, SigLIP tower). The PaliGemma
 `lm_head` is tied to the token embeddings and the expert's `lm_head` is never used (the expert has no
 vocabulary): both are read only as fallbacks and written back for loaders that expect them. The
@@ -312,6 +314,9 @@ def import_pi0(
     if "state" in obs_keys and not state_dim:
         raise UserError(f"obs_keys reads 'state' but {src} has no state normalization stats; drop 'state'")
     image_size = architecture.vision_towers[0].image_size
+    # LeRobot's pi05 processor pads the state to max_state_dim before discretizing it into the prompt
+    lerobot_pi05 = fmt == "lerobot" and variant == "pi05"
+    prompt_state_dim = int(config.get("max_state_dim", PADDED_DIM)) if lerobot_pi05 else 0
     preset = next((name for name, arch in PRESETS.items() if arch == architecture), None)
     cfg = PolicyConfig(
         family="flow",
@@ -328,6 +333,8 @@ def import_pi0(
             max_state_dim=state_width if variant == "pi0" else 0,
             likelihood=likelihood,
             num_steps=num_steps,
+            clean_instruction=fmt != "lerobot",
+            prompt_state_dim=prompt_state_dim,
         ),
         vla=VLAConfig(
             preset=preset or VLAConfig.preset,
@@ -422,7 +429,9 @@ def lerobot_config(policy: FlowPolicy, variant: str, horizon: int, action_width:
         "dtype": "float32",
         "chunk_size": horizon,
         "n_action_steps": cfg.chunk_size,
-        "max_state_dim": policy.model_state_dim if variant == "pi0" else 32,
+        "max_state_dim": policy.model_state_dim
+        if variant == "pi0"
+        else cfg.flow.prompt_state_dim or PADDED_DIM,
         "max_action_dim": action_width,
         "num_inference_steps": cfg.flow.num_steps,
         "tokenizer_max_length": cfg.vla.max_instruction_tokens,

@@ -50,8 +50,9 @@ def make_obs(seed: int = 0) -> TensorDict:
     return obs
 
 
-def reference_inputs(src, variant: str, obs: TensorDict, max_tokens: int):
-    """Images in [-1, 1], prompt token ids and the padded normalized state, built here from openpi's rules."""
+def reference_inputs(src, variant: str, fmt: str, obs: TensorDict, max_tokens: int):
+    """Images in [-1, 1], prompt token ids and the padded normalized state, built here from openpi's rules
+    (LeRobot's for fmt="lerobot": the pi0 instruction as given, the pi05 state zero-padded to 32 first)."""
     stats = {k: {s: np.asarray(v) for s, v in st.items()} for k, st in tiny_stats().items()}["state"]
     state = obs["state"].numpy().astype(np.float64)
     if variant == "pi0":
@@ -60,9 +61,10 @@ def reference_inputs(src, variant: str, obs: TensorDict, max_tokens: int):
         normed = (state - stats["q01"]) / (stats["q99"] - stats["q01"] + 1e-6) * 2 - 1
     texts = [t.strip().replace("_", " ").replace("\n", " ") for t in obs["instruction"]]
     if variant == "pi0":
-        prompts = [f"{t}\n" for t in texts]
+        prompts = [f"{t}\n" for t in (obs["instruction"] if fmt == "lerobot" else texts)]
     else:
-        bins = np.digitize(normed, bins=np.linspace(-1, 1, 257)[:-1]) - 1
+        shown = np.pad(normed, ((0, 0), (0, 32 - STATE_DIM))) if fmt == "lerobot" else normed
+        bins = np.digitize(shown, bins=np.linspace(-1, 1, 257)[:-1]) - 1
         prompts = [
             f"Task: {t}, State: {' '.join(map(str, b))};\nAction: " for t, b in zip(texts, bins, strict=True)
         ]
@@ -90,7 +92,7 @@ def test_imported_velocity_matches_the_reference_forward(tmp_path, variant, fmt)
         changed = obs.clone()
         changed["rgb"] = 255 - changed["rgb"]
         other = policy.condition(changed)[1](x_t, t)
-    inputs = reference_inputs(tmp_path, variant, obs, policy.cfg.vla.max_instruction_tokens)
+    inputs = reference_inputs(tmp_path, variant, fmt, obs, policy.cfg.vla.max_instruction_tokens)
     expected = reference_velocity(weights, variant, *inputs, x_t, t)
     assert expected.abs().mean() > 0.1  # a real signal, not two zeros
     torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
