@@ -17,7 +17,7 @@ from embodrl.sims.config import EnvConfig
 from embodrl.sims.perturbation import AXES
 from embodrl.sims.registry import make_env
 from embodrl.train.policy_setup import build_policy
-from embodrl.train.robustness import Level, parse_perturb, run_robustness
+from embodrl.train.robustness import Level, parse_perturb, reads_instruction_text, run_robustness
 
 REACH = EnvConfig(suite="tabletop-basic", task="reach", num_envs=4, max_episode_steps=25)
 
@@ -118,3 +118,10 @@ def test_the_same_perturb_command_twice_gives_the_same_table(tmp_path, capsys):
     returns = [[row["mean_return"] for row in report["rows"]] for report in reports]
     assert returns[2][0] == returns[0][0] and returns[2][1:] != returns[0][1:]
     assert (tmp_path / "a" / "robustness.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(("preset", "reads"), [("flow_vla_nano", True), ("flow_state", False)])
+def test_a_language_policy_is_told_apart_by_its_actions(preset, reads):
+    cfg = compose(None, ["env=tabletop_lang", f"policy={preset}", "env.num_envs=2", "env.task=pick"])
+    with make_env(cfg.env) as env:
+        assert reads_instruction_text(build_policy(cfg, env), env) is reads
