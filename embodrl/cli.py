@@ -172,6 +172,26 @@ def cmd_collect(args: argparse.Namespace) -> None:
     print(stats.summary())
 
 
+def cmd_reward_train(args: argparse.Namespace) -> None:
+    import json
+
+    from embodrl.rewards.config import ClassifierTrainConfig
+    from embodrl.rewards.training import METRICS_FILE, train_classifier
+    from embodrl.structured import merge_to_object
+
+    cfg = merge_to_object(ClassifierTrainConfig, overrides=args.overrides)
+    out, metrics = train_classifier(args.dataset, cfg)
+    held = metrics["held_out"]
+    print(
+        f"held-out episodes {metrics['episodes']['held_out']} ({held['frames']} frames, {held['positives']} "
+        f"success): precision {held['precision']:.1%}, recall {held['recall']:.1%}, false-positive rate "
+        f"{held['fpr']:.1%} at threshold {held['threshold']}; episodes with a false alarm "
+        f"{held['episode_false_alarm']:.1%}"
+    )
+    print(json.dumps({k: held[k] for k in ("tp", "fp", "fn", "tn")}))
+    print(f"reward model: {out} (use it with reward.model={out}); metrics: {out / METRICS_FILE}")
+
+
 def cmd_check_dataset(args: argparse.Namespace) -> None:
     from embodrl.data.dataset_check import check_dataset
 
@@ -467,6 +487,29 @@ def build_parser() -> argparse.ArgumentParser:
         "train`; --episodes-per-task still counts successes",
     )
     p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser(
+        "reward",
+        help="learned rewards: `embodrl reward train DATASET` fits a success classifier",
+        description="Learned rewards for RL without a simulator's success flag (HIL-SERL's reward "
+        "classifier). See docs/rewards.md.",
+    )
+    reward = p.add_subparsers(dest="reward_command", metavar="SUBCOMMAND", required=True)
+    p = reward.add_parser(
+        "train",
+        help="fit a success classifier on a labelled LeRobot dataset",
+        description="Fit a success classifier: the frozen ImageNet-pretrained EfficientNet-Lite0 tower's "
+        "features of the camera images (computed once per frame) and the state -> P(task done), trained on "
+        "the per-frame labels next.reward (embodrl collect --post-success-steps K --keep-failures, or the "
+        "deploy recorder's success key). Episodes are split into train and held-out (held_out=0.25); "
+        "prints precision, recall and false-positive rate on the held-out episodes at the threshold, and "
+        "writes the checkpoint folder (config.json + model.safetensors) and metrics.json. Use the result "
+        "with `embodrl train ... reward.model=DIR`. Settings as key=value: out, obs_keys, key_map, blocks, "
+        "channels, hidden, held_out, epochs, batch_size, lr, weight_decay, threshold, seed, device.",
+    )
+    p.add_argument("dataset", help="LeRobot dataset folder (or repo id in LeRobot's local cache)")
+    p.add_argument("overrides", nargs="*", metavar="OVERRIDES", help="key=value, e.g. out=runs/reward/pick")
+    p.set_defaults(func=cmd_reward_train)
 
     p = sub.add_parser(
         "sft",

@@ -22,6 +22,7 @@ from embodrl.algos.config import AlgoConfig
 from embodrl.engine.config import EngineConfig
 from embodrl.errors import ConfigError
 from embodrl.policies.config import PolicyConfig
+from embodrl.rewards.config import RewardConfig
 from embodrl.sims.config import EnvConfig
 from embodrl.structured import load_yaml, merge_to_object
 from embodrl.train.config import SFTConfig, TrainConfig
@@ -41,6 +42,7 @@ class ExperimentConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)  # the simulator's, or a learned one
 
 
 def groups() -> dict[str, type]:

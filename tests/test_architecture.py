@@ -41,6 +41,10 @@ FORBIDDEN = [
     ("embodrl.parallel", "embodrl.engine"),
     ("embodrl.data", "embodrl.train"),
     ("embodrl.data", "embodrl.engine"),
+    ("embodrl.rewards", "embodrl.train"),
+    ("embodrl.rewards", "embodrl.engine"),
+    ("embodrl.rewards", "embodrl.parallel"),
+    ("embodrl.rewards", "embodrl.algos"),
 ]
 GENERIC = ("embodrl.engine", "embodrl.train", "embodrl.algos", "embodrl.parallel")
 FAMILIES = ("gaussian", "flow", "autoregressive", "diffusion", "vla")

@@ -28,6 +28,7 @@ from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
 from embodrl.train.episodes import EpisodeResults
 from embodrl.train.evaluation import eval_metrics, evaluate_policy
+from embodrl.train.learned_reward_env import LearnedRewardEnv, learned_reward_env
 from embodrl.train.logger import plot_learning_curve
 from embodrl.train.memory import estimate_policy_memory
 from embodrl.train.policy_setup import build_policy
@@ -55,7 +56,10 @@ class OnPolicyRunner(Runner):
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
         # rank r's envs are the global envs r * N .. r * N + N - 1, seeded as such
         env_cfg = dataclasses.replace(cfg.env, seed=cfg.env.seed + rank() * cfg.env.num_envs)
-        self.env = StagedEnv(env_cfg, cfg.engine, device=cfg.device)
+        if cfg.reward.model:  # the learner sees the classifier's reward and success, not the simulator's
+            self.env = learned_reward_env(cfg.reward, env_cfg, cfg.engine, device=cfg.device)
+        else:
+            self.env = StagedEnv(env_cfg, cfg.engine, device=cfg.device)
         self.policy = build_policy(cfg, self.env)
         sharded = distributed and cfg.engine.data_parallel == "fsdp"
         if sharded and cfg.algo.kl_coef > 0:
@@ -210,6 +214,8 @@ class OnPolicyRunner(Runner):
                 "engine/env_restarts": float(self.env_restarts),
             }
         )
+        if isinstance(self.env, LearnedRewardEnv):
+            metrics.update(self.env.pop_metrics())
         if torch.device(self.cfg.device).type == "cuda":  # what a user sizes batches and envs by
             metrics["memory/cuda_peak_gib"] = torch.cuda.max_memory_allocated(self.cfg.device) / 2**30
         return metrics
@@ -232,8 +238,10 @@ class OnPolicyRunner(Runner):
         cfg = self.cfg
         eval_env = self.env
         num_envs = cfg.train.eval_envs or cfg.env.num_envs
-        # the async schedule's producer may be stepping self.env right now
-        if num_envs != self.env.num_envs or cfg.engine.schedule == "async":
+        # the async schedule's producer may be stepping self.env right now; a learned reward's env would
+        # report the classifier's success: evaluations count the simulator's
+        learned = isinstance(self.env, LearnedRewardEnv)
+        if num_envs != self.env.num_envs or cfg.engine.schedule == "async" or learned:
             eval_env = make_env(dataclasses.replace(cfg.env, num_envs=num_envs), device=cfg.device)
         try:
             # an async producer waits at its next decision meanwhile: the evaluation's seeded fork of

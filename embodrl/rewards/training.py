@@ -1,0 +1,182 @@
+"""`embodrl reward train`: fit a success classifier on a labelled LeRobot dataset, held-out episodes scored.
+
+Labels are LeRobot's HIL-SERL per-frame `next.reward` (> 0.5: the frame shows the task done). Episodes,
+not frames, are split (seeded; episodes with and without a success are split separately, so both sides
+hold each), because neighbouring frames of one episode are near copies. The frozen tower's features are
+computed once per frame; the head then trains for `epochs` passes with AdamW and binary cross-entropy.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from embodrl.data.dataset_inputs import dataset_inputs
+from embodrl.data.lerobot_dataset import LeRobotDataset
+from embodrl.data.lerobot_format import REWARD_KEY
+from embodrl.errors import UserError
+from embodrl.obs_keys import STATE
+from embodrl.rewards.classifier import ClassifierSpec, SuccessClassifier
+from embodrl.rewards.config import ClassifierTrainConfig
+from embodrl.rewards.metrics import classification_metrics, threshold_curve
+
+METRICS_FILE = "metrics.json"
+
+
+def split_episodes(has_success: np.ndarray, held_out: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, held-out) episode indices: `held_out` of the episodes with a success and of those without,
+    at least one of each kind held out and one kept where there are two or more."""
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for group in (np.flatnonzero(has_success), np.flatnonzero(~has_success)):
+        group = rng.permutation(group)
+        n = min(max(round(held_out * len(group)), 1), len(group) - 1) if len(group) > 1 else 0
+        test += group[:n].tolist()
+        train += group[n:].tolist()
+    return np.sort(train), np.sort(test)
+
+
+def frame_labels(dataset: LeRobotDataset) -> np.ndarray:
+    """bool [F]: which frames show the task done."""
+    if REWARD_KEY not in dataset.features:
+        raise UserError(
+            f"{dataset.root} has no per-frame success labels ({REWARD_KEY}); record them with `embodrl "
+            "collect --post-success-steps K --keep-failures` or the deploy recorder's success key"
+        )
+    return dataset.column(REWARD_KEY).reshape(-1) > 0.5
+
+
+def cache_features(
+    model: SuccessClassifier, dataset: LeRobotDataset, cameras: dict[str, str], batch: int = 256
+) -> dict[str, torch.Tensor]:
+    """{obs key: tower features [F, C, h, w]} of every frame, episode by episode (decoded once)."""
+    out: dict[str, list[torch.Tensor]] = {k: [] for k in cameras}
+    for e in range(dataset.num_episodes):
+        for key, name in cameras.items():
+            frames = torch.from_numpy(dataset.camera_frames(name, e))
+            out[key] += [model.features(frames[i : i + batch]).cpu() for i in range(0, len(frames), batch)]
+    return {k: torch.cat(v) for k, v in out.items()}
+
+
+def train_classifier(dataset_path: str | Path, cfg: ClassifierTrainConfig) -> tuple[Path, dict]:
+    """Train, score the held-out episodes, write the checkpoint folder and its metrics.json; returns both."""
+    start = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    dataset = LeRobotDataset(dataset_path)
+    labels = frame_labels(dataset)
+    inputs = dataset_inputs(dataset, cfg.obs_keys, cfg.key_map)
+    episode = dataset.episode_of(np.arange(dataset.num_frames))
+    has_success = np.asarray([labels[episode == e].any() for e in range(dataset.num_episodes)])
+    if not has_success.any() or has_success.all() and labels.all():
+        raise UserError(f"{dataset.root} needs frames labelled success and frames that are not")
+    train_eps, test_eps = split_episodes(has_success, cfg.held_out, cfg.seed)
+    if len(test_eps) == 0 or len(train_eps) == 0:
+        raise UserError(f"{dataset.root} has {dataset.num_episodes} episodes; a held-out split needs >= 2")
+    spec = ClassifierSpec(
+        obs_keys=tuple(cfg.obs_keys),
+        shapes=inputs.shapes,
+        tower=cfg.tower,
+        blocks=cfg.blocks,
+        channels=cfg.channels,
+        hidden=cfg.hidden,
+        threshold=cfg.threshold,
+    )
+    model = SuccessClassifier(spec, cfg.device)
+    cameras = {k: inputs.features[k] for k in spec.cameras}
+    features = cache_features(model, dataset, cameras)
+    state = None
+    if STATE in spec.obs_keys:
+        state = torch.from_numpy(dataset.column(inputs.features[STATE]).astype(np.float32))
+    target = torch.from_numpy(labels.astype(np.float32))
+    train = torch.from_numpy(np.flatnonzero(np.isin(episode, train_eps)))
+    test = torch.from_numpy(np.flatnonzero(np.isin(episode, test_eps)))
+    head = model.head
+    if state is not None:
+        head.state_mean.copy_(state[train].mean(0))
+        head.state_std.copy_(state[train].std(0).clamp_min(1e-3))
+    fit(head, features, state, target, train, cfg)
+    probability = predict(head, features, state, cfg.device)
+    metrics = {
+        "dataset": str(dataset.root),
+        "episodes": {"train": len(train_eps), "held_out": len(test_eps)},
+        "held_out_episodes": test_eps.tolist(),
+        "held_out": classification_metrics(
+            probability[test].numpy(), labels[test.numpy()], cfg.threshold, episode[test.numpy()]
+        ),
+        "train": classification_metrics(
+            probability[train].numpy(), labels[train.numpy()], cfg.threshold, episode[train.numpy()]
+        ),
+        "held_out_curve": threshold_curve(probability[test].numpy(), labels[test.numpy()]),
+        "config": asdict(cfg),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    out = (
+        Path(cfg.out)
+        if cfg.out
+        else Path("runs/reward") / f"{dataset.root.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    model.save(out, {"dataset": str(dataset.root), "held_out": metrics["held_out"]})
+    (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
+    return out, metrics
+
+
+def _head_inputs(features, state, index):
+    return {k: v[index] for k, v in features.items()}, None if state is None else state[index]
+
+
+def fit(
+    head: nn.Module,
+    features: dict[str, torch.Tensor],
+    state: torch.Tensor | None,
+    target: torch.Tensor,
+    train: torch.Tensor,
+    cfg: ClassifierTrainConfig,
+) -> None:
+    """AdamW on binary cross-entropy over shuffled minibatches of the `train` frames."""
+    device = torch.device(cfg.device)
+    head.train()
+    optimizer = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    labels = target[train]
+    # successes are a few frames per episode: weighted up to the failures' total unless cfg.balance is off
+    pos_weight = torch.tensor(1.0)
+    if cfg.balance:
+        pos_weight = (len(labels) - labels.sum()) / labels.sum().clamp_min(1)
+    for _ in range(cfg.epochs):
+        order = train[torch.randperm(len(train), generator=generator)]
+        for i in range(0, len(order), cfg.batch_size):
+            batch = order[i : i + cfg.batch_size]
+            feats, s = _head_inputs(features, state, batch)
+            logits = head({k: v.to(device) for k, v in feats.items()}, None if s is None else s.to(device))
+            loss = nn.functional.binary_cross_entropy_with_logits(
+                logits, target[batch].to(device), pos_weight=pos_weight.to(device)
+            )
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    head.eval()
+
+
+@torch.no_grad()
+def predict(
+    head: nn.Module,
+    features: dict[str, torch.Tensor],
+    state: torch.Tensor | None,
+    device: str,
+    batch: int = 1024,
+) -> torch.Tensor:
+    """P(success) of every cached frame [F]."""
+    n = len(next(iter(features.values())))
+    out = []
+    for i in range(0, n, batch):
+        index = torch.arange(i, min(i + batch, n))
+        feats, s = _head_inputs(features, state, index)
+        logits = head({k: v.to(device) for k, v in feats.items()}, None if s is None else s.to(device))
+        out.append(torch.sigmoid(logits).cpu())
+    return torch.cat(out)

@@ -1,0 +1,114 @@
+"""`reward.model=CHECKPOINT`: the trainer's env, its reward and success replaced by a success classifier's.
+
+The learner then never sees the simulator's success flag: the reward is sparse (1 at the last executed
+action of a decision whose resulting observation the classifier calls a success), `success` is that
+prediction, and the simulator's own success no longer ends episodes (env.terminate_on_success is turned
+off). With `reward.terminate_on_success` an episode ends where the classifier predicts success, and its
+env restarts from a random initial state (seeded). The simulator's flag is kept only to count how often
+the classifier disagrees with it (`reward/*` metrics), which a real robot could not log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from embodrl.engine.config import EngineConfig
+from embodrl.engine.env_client import StagedEnv
+from embodrl.errors import UserError
+from embodrl.rewards.classifier import SuccessClassifier, load_classifier
+from embodrl.rewards.config import RewardConfig
+from embodrl.sims.base import StepResult
+from embodrl.sims.config import EnvConfig
+
+COUNTS = ("decisions", "predicted", "simulator", "false_positive", "false_negative")
+
+
+class LearnedRewardEnv(StagedEnv):
+    """A StagedEnv whose step results carry the classifier's reward and success (module docstring)."""
+
+    def __init__(
+        self,
+        env_cfg: EnvConfig,
+        engine: EngineConfig,
+        classifier: SuccessClassifier,
+        threshold: float,
+        terminate_on_success: bool = False,
+        device: str = "cpu",
+    ) -> None:
+        if terminate_on_success and engine.schedule != "sequential":
+            raise UserError(
+                f"reward.terminate_on_success restarts envs between steps, which engine.schedule="
+                f"{engine.schedule} does not allow; use engine.schedule=sequential"
+            )
+        super().__init__(dataclasses.replace(env_cfg, terminate_on_success=False), engine, device=device)
+        shapes = {k: tuple(spec.shape) for k, spec in self.observation_spec.items()}
+        wrong = {
+            k: shapes.get(k) for k in classifier.spec.obs_keys if shapes.get(k) != classifier.spec.shapes[k]
+        }
+        if wrong:
+            raise UserError(
+                f"the reward model reads {dict((k, classifier.spec.shapes[k]) for k in wrong)} but the env "
+                f"observes {wrong}; set env.obs_mode / env.image_size as the model was trained"
+            )
+        self.classifier, self.threshold, self.terminate = classifier, threshold, terminate_on_success
+        self.restarts = torch.Generator().manual_seed(env_cfg.seed)
+        self.counts = dict.fromkeys(COUNTS, 0)
+
+    def recv_step(self, stage: int) -> StepResult:
+        res = super().recv_step(stage)
+        predicted = (self.classifier.probability(res.final_obs) > self.threshold).to(res.success.device)
+        ran = res.steps_executed > 0  # a soft-failed stage's placeholder executed nothing
+        simulator = res.success
+        self.counts["decisions"] += int(ran.sum())
+        self.counts["predicted"] += int((predicted & ran).sum())
+        self.counts["simulator"] += int((simulator & ran).sum())
+        self.counts["false_positive"] += int((predicted & ~simulator & ran).sum())
+        self.counts["false_negative"] += int((~predicted & simulator & ran).sum())
+        reward = torch.zeros_like(res.reward)
+        last = (res.steps_executed - 1).clamp_min(0)
+        reward[torch.arange(len(reward)), last] = (predicted & ran).to(reward.dtype)
+        return self._result(res, reward=reward, success=predicted & ran)
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        res = super().step(actions)  # every stage through recv_step: the classifier's reward and success
+        ended = (res.success & ~res.done).nonzero().flatten() if self.terminate else None
+        if ended is None or not len(ended):
+            return res
+        states = torch.randint(self.num_init_states, (len(ended),), generator=self.restarts)
+        obs = res.obs.clone()
+        obs[ended] = self.reset_to(states, ended)[ended]
+        return self._result(res, obs=obs, terminated=res.terminated | res.success)
+
+    @staticmethod
+    def _result(res: StepResult, **fields) -> StepResult:
+        kept = {
+            name: getattr(res, name)
+            for name in ("obs", "reward", "terminated", "truncated", "success", "final_obs", "steps_executed")
+        }
+        return StepResult.build(
+            **(kept | fields), device=res.device, episode_flags=dict(res.episode_flags.items())
+        )
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Since the last call: how often the classifier predicted success, how often the simulator had
+        it, and the shares of decisions where they disagree (false positives / negatives)."""
+        counts, self.counts = self.counts, dict.fromkeys(COUNTS, 0)
+        n = max(counts["decisions"], 1)
+        return {
+            "reward/predicted_success": counts["predicted"] / n,
+            "reward/simulator_success": counts["simulator"] / n,
+            "reward/disagreement": (counts["false_positive"] + counts["false_negative"]) / n,
+            "reward/false_positive": counts["false_positive"] / n,
+            "reward/false_negative": counts["false_negative"] / n,
+        }
+
+
+def learned_reward_env(
+    cfg: RewardConfig, env_cfg: EnvConfig, engine: EngineConfig, device: str = "cpu"
+) -> LearnedRewardEnv:
+    """The trainer's env for `reward.model`: the checkpoint loaded (a one-line error when it is not one)."""
+    classifier = load_classifier(cfg.model, device)
+    threshold = cfg.threshold if cfg.threshold is not None else classifier.spec.threshold
+    return LearnedRewardEnv(env_cfg, engine, classifier, threshold, cfg.terminate_on_success, device)

@@ -1,0 +1,106 @@
+"""The success classifier: learns a separable toy set, scores held-out episodes, saves and loads safely."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from embodrl.data.lerobot_dataset import LeRobotDatasetWriter
+from embodrl.errors import UserError
+from embodrl.rewards.classifier import WEIGHTS_FILE, load_classifier
+from embodrl.rewards.config import ClassifierTrainConfig
+from embodrl.rewards.training import METRICS_FILE, split_episodes, train_classifier
+
+SIZE = 32
+
+
+def _toy_dataset(root, episodes: int = 8, length: int = 10) -> None:
+    """Episodes whose frames show a bright square in the top-left corner once the 'task' is done (from frame
+    6 on in even episodes; never in odd ones), on random noise; the state is noise."""
+    rng = np.random.default_rng(0)
+    features = {
+        "observation.images.main": {"dtype": "video", "shape": [SIZE, SIZE, 3]},
+        "observation.state": {"dtype": "float32", "shape": [3]},
+        "action": {"dtype": "float32", "shape": [2]},
+        "next.reward": {"dtype": "float32", "shape": [1]},
+        "next.done": {"dtype": "bool", "shape": [1]},
+    }
+    with LeRobotDatasetWriter(root, 10, features) as writer:
+        for e in range(episodes):
+            done = np.arange(length) >= 6 if e % 2 == 0 else np.zeros(length, bool)
+            images = rng.integers(0, 100, (length, SIZE, SIZE, 3)).astype(np.uint8)
+            images[done, :12, :12] = 250
+            writer.add_episode(
+                {
+                    "observation.images.main": images,
+                    "observation.state": rng.normal(size=(length, 3)).astype(np.float32),
+                    "action": np.zeros((length, 2), np.float32),
+                    "next.reward": done.astype(np.float32),
+                    "next.done": np.arange(length) == length - 1,
+                },
+                "toy",
+            )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reward")
+    _toy_dataset(root / "data")
+    cfg = ClassifierTrainConfig(out=str(root / "model"), blocks=3, epochs=30, held_out=0.25, hidden=32)
+    out, metrics = train_classifier(root / "data", cfg)
+    return out, metrics
+
+
+def test_learns_a_separable_set_and_scores_held_out_episodes(trained):
+    out, metrics = trained
+    held = metrics["held_out"]
+    assert metrics["episodes"] == {"train": 6, "held_out": 2}  # one with a success, one without
+    assert held["positives"] == 4 and held["negatives"] == 16
+    assert held["recall"] == 1.0 and held["fpr"] == 0.0 and held["precision"] == 1.0
+    assert json.loads((out / METRICS_FILE).read_text())["held_out"] == held
+
+
+def test_checkpoint_round_trip_gives_the_same_probabilities(trained):
+    out, _ = trained
+    model = load_classifier(out)
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 100, (4, SIZE, SIZE, 3)).astype(np.uint8)
+    images[:2, :12, :12] = 250
+    obs = TensorDict({"rgb": torch.from_numpy(images), "state": torch.randn(4, 3)}, batch_size=[4])
+    p = model.probability(obs)
+    assert (p[:2] > 0.5).all() and (p[2:] < 0.5).all()
+    assert torch.equal(p, load_classifier(out).probability(obs))
+
+
+def test_missing_and_broken_checkpoints_are_one_line_errors(trained, tmp_path):
+    out, _ = trained
+    with pytest.raises(UserError, match="is not a reward model"):
+        load_classifier(tmp_path / "nowhere")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((out / "config.json").read_text())
+    (broken / WEIGHTS_FILE).write_bytes(b"not safetensors")
+    with pytest.raises(UserError, match="broken reward model"):
+        load_classifier(broken)
+    (broken / "config.json").write_text("{")
+    with pytest.raises(UserError, match="not valid JSON"):
+        load_classifier(broken)
+
+
+def test_a_dataset_without_labels_is_refused(tmp_path):
+    features = {"observation.images.main": {"dtype": "video", "shape": [SIZE, SIZE, 3]}}
+    with LeRobotDatasetWriter(tmp_path / "d", 10, features) as writer:
+        writer.add_episode({"observation.images.main": np.zeros((2, SIZE, SIZE, 3), np.uint8)}, "x")
+    with pytest.raises(UserError, match="no per-frame success labels"):
+        train_classifier(tmp_path / "d", ClassifierTrainConfig(obs_keys=("rgb",)))
+
+
+def test_split_is_by_episode_and_holds_out_both_kinds():
+    has = np.array([True] * 8 + [False] * 4)
+    train, test = split_episodes(has, 0.25, seed=3)
+    assert sorted(np.concatenate([train, test]).tolist()) == list(range(12))
+    assert has[test].sum() == 2 and (~has[test]).sum() == 1
