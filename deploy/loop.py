@@ -89,11 +89,14 @@ class ControlLoop:
         self.safety.reset(self.io.present_action(self.robot.get_observation()))
         self.inference.discard()
         watchdog = Watchdog(self.cfg.safety.watchdog_hold_s, self.cfg.safety.watchdog_stop_s)
+        if hasattr(self.intervention, "success_marked"):  # a new episode starts not done
+            self.intervention.success_marked = False
         self._deadline = time.monotonic() + self.period
         try:
             for _ in range(self.cfg.max_steps):
                 start = time.monotonic()
                 observation = self.robot.get_observation()
+                done_now = self._task_done()  # the label of this observation, before the action
                 request = self.io.request(observation, prompt)
                 requested, teleop = self._next_action(observation, request, stats)
                 if requested is None:
@@ -112,7 +115,9 @@ class ControlLoop:
                 stats.steps += 1
                 loop_ms.append(1000 * (time.monotonic() - start))
                 if self.recorder is not None:
-                    record = StepRecord(observation, requested, actual, intervened, teleop, loop_ms[-1])
+                    record = StepRecord(
+                        observation, requested, actual, intervened, teleop, loop_ms[-1], done_now
+                    )
                     self.recorder.add(record)
                 if getattr(self.robot, "done", False):
                     stats.stop_reason = "task_done"
@@ -121,7 +126,7 @@ class ControlLoop:
         except BaseException:  # Ctrl-C and every error: hold first, then let it propagate
             self._safe_stop(stats, "exception")
             raise
-        stats.success = bool(getattr(self.robot, "success", False))
+        stats.success = self._task_done()
         stats.inference_errors = self.inference.errors - errors_before
         stats.loop_ms_p50 = float(np.median(loop_ms)) if loop_ms else 0.0
         now = self.safety.counters.as_dict()
@@ -148,6 +153,11 @@ class ControlLoop:
             stats.teleop_steps += 1
             return np.asarray(human, dtype=np.float64), True
         return action, False
+
+    def _task_done(self) -> bool:
+        """The robot's own success report (the sim stand-in has one) or the operator's mark (teleop key y)."""
+        marked = bool(getattr(self.intervention, "success_marked", False))
+        return bool(getattr(self.robot, "success", False)) or marked
 
     def _tick_left(self) -> float:
         return max(0.0, self._deadline - time.monotonic())

@@ -3,7 +3,9 @@
 `action` is what the robot really executed (what `embodrl sft` should learn from); `action.requested`
 is what the policy or the human asked for (non-finite values stored as 0, flagged in
 `safety.non_finite`); `intervention` marks steps where the safety layer changed the action or held
-the robot; `teleop` marks steps a human drove.
+the robot; `teleop` marks steps a human drove. Success labels use LeRobot's HIL-SERL names:
+`next.reward` is 1.0 on frames where the task is done (the operator marked it, or the robot reports it),
+`next.done` marks an episode's last frame: what `embodrl reward train` learns a success classifier from.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from embodrl.data.lerobot_format import DONE_KEY, REWARD_KEY
 from embodrl.data.lerobot_writer import LeRobotDatasetWriter
 from embodrl.deploy.robot import RobotIO
 
@@ -31,6 +34,7 @@ class StepRecord:
     intervention: bool
     teleop: bool
     loop_ms: float
+    success: bool = False  # the task is done in this observation (the operator's mark)
 
 
 class EpisodeRecorder:
@@ -53,11 +57,14 @@ class EpisodeRecorder:
             "teleop": {"dtype": "bool", "shape": [1]},
             "safety.non_finite": {"dtype": "bool", "shape": [1]},
             "timing.loop_ms": {"dtype": "float32", "shape": [1]},
+            REWARD_KEY: {"dtype": "float32", "shape": [1]},
+            DONE_KEY: {"dtype": "bool", "shape": [1]},
         }
         for name, feature in cameras.items():
             features[f"observation.images.{name}"] = {"dtype": "video", "shape": list(io.features[feature])}
         self.writer = LeRobotDatasetWriter(root, fps=round(fps), features=features, robot_type=robot_type)
         self.root = Path(root)
+        self._last: dict | None = None  # held back one step: only the next step or the save says it is last
 
     def add(self, step: StepRecord) -> None:
         requested = (
@@ -72,13 +79,21 @@ class EpisodeRecorder:
             "teleop": step.teleop,
             "safety.non_finite": not finite,
             "timing.loop_ms": step.loop_ms,
+            REWARD_KEY: float(step.success),
         }
         for name, feature in self.cameras.items():
             frame[f"observation.images.{name}"] = step.observation[feature]
-        self.writer.add_frame(frame)
+        self._flush(last=False)
+        self._last = frame
+
+    def _flush(self, last: bool) -> None:
+        if self._last is not None:
+            self.writer.add_frame({**self._last, DONE_KEY: last})
+            self._last = None
 
     def save_episode(self, task: str, stats: dict[str, Any]) -> None:
         """Write the buffered steps as one episode, and `stats` as a JSON line in meta/."""
+        self._flush(last=True)
         index = self.writer.save_episode(task or "deploy")
         with open(self.root / STATS_FILE, "a") as f:
             f.write(json.dumps({"episode_index": index, **stats}) + "\n")

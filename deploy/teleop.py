@@ -4,6 +4,7 @@ Keys, for delta end-effector actions (the tabletop sim's [dx, dy, dz, ..., gripp
     w / s  +x / -x      a / d  +y / -y      q / e  +z / -z      (the action dims `safety.ee_dims`)
     space  toggle the gripper between safety.gripper_low (the start) and safety.gripper_high
     Enter  take over from the policy; Enter again hands control back
+    y      mark the task done from this step on (y again unmarks): the recording's success label
 While the human is in control, each loop step sends the motion of the keys read since the previous
 step (a held key repeats; an axis moves at most `teleop.step` per step; nothing pressed holds still)
 and the loop marks the step `teleop` in the recording. The safety layer filters these actions too.
@@ -32,8 +33,12 @@ from embodrl.errors import UserError
 logger = logging.getLogger(__name__)
 
 MOTION_KEYS = {"w": (0, 1.0), "s": (0, -1.0), "a": (1, 1.0), "d": (1, -1.0), "q": (2, 1.0), "e": (2, -1.0)}
-GRIPPER_KEY, TAKEOVER_KEYS = " ", ("\n", "\r")  # cbreak delivers Enter as "\n", raw mode as "\r"
-HELP = "teleop: Enter takes over / hands back; w/s x, a/d y, q/e z, space gripper"
+GRIPPER_KEY, SUCCESS_KEY, TAKEOVER_KEYS = (
+    " ",
+    "y",
+    ("\n", "\r"),
+)  # cbreak delivers Enter as "\n", raw mode as "\r"
+HELP = "teleop: Enter takes over / hands back; w/s x, a/d y, q/e z, space gripper; y marks the task done"
 
 
 class KeyboardTeleop:
@@ -58,6 +63,7 @@ class KeyboardTeleop:
         self.gripper_values = gripper_values  # (start, toggled)
         self.gripper_closed = False
         self.in_control = False
+        self.success_marked = False  # the operator says the task is done (recorded as next.reward)
         self.motion = np.zeros(3)  # [3] key presses per axis since the last step
 
     def press(self, keys: str) -> None:
@@ -68,6 +74,9 @@ class KeyboardTeleop:
                 self.motion[axis] += sign
             elif key == GRIPPER_KEY:
                 self.gripper_closed = not self.gripper_closed
+            elif key == SUCCESS_KEY:
+                self.success_marked = not self.success_marked
+                logger.warning("teleop: task %s", "done" if self.success_marked else "not done")
             elif key in TAKEOVER_KEYS:
                 self.in_control = not self.in_control
                 self.motion[:] = 0.0  # presses made before the takeover do not move the arm

@@ -227,3 +227,38 @@ def test_an_image_policy_without_robot_camera_is_refused_at_start(tmp_path):
     make_policy(cfg, {"rgb": (64, 64, 3), "state": (17,)}).save_pretrained(tmp_path)
     with pytest.raises(UserError, match=r"set robot.camera \(the policy reads rgb\)"):
         deploy(DeployConfig(policy=str(tmp_path), **FAST))
+
+
+class MarksDoneAt:
+    """An intervention hook that never acts but marks the task done from its `step`-th call on."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.calls, self.success_marked = step, 0, False
+
+    def __call__(self, observation):
+        self.calls += 1
+        self.success_marked = self.success_marked or self.calls >= self.step
+        return None
+
+
+def test_recording_labels_frames_the_operator_marked_done(tmp_path):
+    cfg = DeployConfig(
+        policy="local",
+        chunk=ChunkConfig(action_horizon=HORIZON, execute_steps=2),
+        safety=FAKE_ROBOT_SAFETY,
+        robot=RobotConfig(camera="cam"),
+        **{**FAST, "max_steps": 8},
+    )
+    hook = MarksDoneAt(5)
+    loop = ControlLoop(cfg, FakeRobot(), LocalPolicy(FakeRunner(), cfg.keys), str(tmp_path / "rec"), hook)
+    for _ in range(2):  # the mark starts cleared in every episode
+        stats = loop.run_episode("pick")
+        hook.calls = 0
+    loop.close()
+    assert stats.success
+    data = LeRobotDataset(tmp_path / "rec")
+    for e in range(2):
+        episode = data.episode(e)
+        # the mark made during step 5 labels the observations from step 6 on (read before each action)
+        assert episode["next.reward"].tolist() == [0.0] * 5 + [1.0] * 3
+        assert episode["next.done"].tolist() == [False] * 7 + [True]

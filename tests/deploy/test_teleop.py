@@ -77,3 +77,12 @@ def test_keyboard_teleop_needs_a_terminal():
     cfg = DeployConfig(policy="local", teleop=TeleopConfig(keyboard=True))
     with pytest.raises(UserError, match="interactive terminal"):
         deploy(cfg, robot=FakeRobot())  # pytest's stdin is not a terminal
+
+
+def test_y_marks_the_task_done_without_taking_over():
+    hook = teleop(["", "y", "", "y"])
+    marks = []
+    for _ in range(4):
+        assert hook({}) is None  # the policy keeps control
+        marks.append(hook.success_marked)
+    assert marks == [False, True, True, False]
