@@ -15,7 +15,8 @@ them.
 Per mode and latency: the action jump at chunk seams (|a_t - a_{t-1}|, L2 over the arm dims, the
 gripper's deliberate switch left out; t is the first step executed from a new chunk, a_{t-1} what was
 sent before, the hold action where the robot starved), the same jump between steps inside chunks,
-success and episode length.
+success and episode length. Jump means are taken per episode, then over episodes, so that the long
+episodes of failures do not outweigh the others; the maximum is over every seam.
 
     embodrl collect pick_flow_noise --out data/rtc_pick_demos --episodes-per-task 100 \\
         env.control_mode=ee_delta policy.action_dim=7
@@ -121,23 +122,25 @@ class ModeResult:
     episodes: int = 0
     successes: int = 0
     steps: list[int] = field(default_factory=list)
-    seam_jumps: list[float] = field(default_factory=list)
-    inner_jumps: list[float] = field(default_factory=list)
+    seam_jumps: list[list[float]] = field(default_factory=list)  # per episode
+    inner_jumps: list[list[float]] = field(default_factory=list)
     starved_steps: int = 0
     late_ticks: int = 0
     compute_ms: float = 0.0
     measured_delays: list[int] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        seams, inner = np.asarray(self.seam_jumps), np.asarray(self.inner_jumps)
+        seams = [np.mean(jumps) for jumps in self.seam_jumps if jumps]
+        inner = [np.mean(jumps) for jumps in self.inner_jumps if jumps]
+        every_seam = [jump for jumps in self.seam_jumps for jump in jumps]
         return {
             "mode": self.mode,
             "latency_ms": self.latency_ms,
             "delay_steps": self.delay_steps,
-            "seam_jump_mean": float(seams.mean()) if seams.size else math.nan,
-            "seam_jump_max": float(seams.max()) if seams.size else math.nan,
-            "inner_jump_mean": float(inner.mean()) if inner.size else math.nan,
-            "seams": int(seams.size),
+            "seam_jump_mean": float(np.mean(seams)) if seams else math.nan,
+            "seam_jump_max": float(np.max(every_seam)) if every_seam else math.nan,
+            "inner_jump_mean": float(np.mean(inner)) if inner else math.nan,
+            "seams": len(every_seam),
             "success": self.successes / max(self.episodes, 1),
             "episodes": self.episodes,
             "steps_mean": float(np.mean(self.steps)),
@@ -197,8 +200,8 @@ def run_mode(args, runner: CheckpointRunner, mode: str, latency_ms: float) -> Mo
             result.starved_steps += stats.starved_steps
             result.late_ticks += stats.late_ticks
             seams, inside = arm_jumps(robot.sent, loop.executor.seams, gripper)
-            result.seam_jumps += seams
-            result.inner_jumps += inside
+            result.seam_jumps.append(seams)
+            result.inner_jumps.append(inside)
             result.measured_delays += loop.executor.delays[1:]  # the first chunk is awaited, not late
     finally:
         loop.close()
