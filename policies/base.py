@@ -4,9 +4,10 @@ Generic code never names a family; it asks this class. A family subclasses `Poli
 constructor first (config, observation shapes, chunk shape, normalizers), builds its networks, and
 implements `act`, `evaluate`, `value` and `sft_loss`. Checkpoints (`save_pretrained` /
 `from_pretrained`) are the same folder for every family (policies/checkpoint.py). The hooks
-`transformer_stacks` (memory estimate), `action_program` (export) and `act_guided` (guided real-time
-chunking, with its flag `can_guide_chunks`) have defaults that fit a family without transformers,
-without an exportable action path and without guidable sampling. docs/architecture.md, "Contracts", shows
+`transformer_stacks` (memory estimate), `action_program` (export), `act_guided` (guided real-time
+chunking, with its flag `can_guide_chunks`) and `sample_reparameterized` (off-policy actor-critic) have
+defaults that fit a family without transformers, without an exportable action path, without guidable
+sampling and without a reparameterized sampler. docs/architecture.md, "Contracts", shows
 where each method is called.
 """
 
@@ -158,6 +159,16 @@ class Policy(nn.Module, ABC):
         raise UserError(
             f"a {self.family} policy cannot steer its chunks toward the previous one (guided real-time "
             "chunking needs a flow policy); use chunk.mode=rtc, its guidance-free cross-fade"
+        )
+
+    def sample_reparameterized(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Action chunks [N, C, A] in env units, drawn as a differentiable function of the actor's weights
+        (the reparameterization trick), and their log-prob [N] (normalized units, summed over the chunk):
+        what an off-policy actor-critic (SAC) maximizes Q - alpha * log-prob through. Only families with
+        a tractable density of bounded actions implement it."""
+        raise UserError(
+            f"a {self.family} policy has no reparameterized sampler, which off-policy algorithms train "
+            "through; use policy.family=gaussian with policy.gaussian.squash=tanh"
         )
 
     def critic_parameters(self) -> list[nn.Parameter]:

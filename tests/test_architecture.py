@@ -48,7 +48,7 @@ FORBIDDEN = [
 ]
 GENERIC = ("embodrl.engine", "embodrl.train", "embodrl.algos", "embodrl.parallel")
 FAMILIES = ("gaussian", "flow", "autoregressive", "diffusion", "vla")
-ALGORITHMS = ("ppo", "grpo")
+ALGORITHMS = ("ppo", "grpo", "sac")
 
 
 def modules() -> dict[str, Path]:

@@ -2,7 +2,9 @@
 
 Defaults follow what worked in the calibration prototype (references/prototype-calibration.md §4):
 GAE gamma 0.99 / lambda 0.95 per decision, clip 0.2, lr 1e-4, 4 epochs of minibatch 256, approx-KL
-early stop at 0.05, grad-norm 1, 5 critic-only warm-up iterations.
+early stop at 0.05, grad-norm 1, 5 critic-only warm-up iterations. The off-policy block (SAC with RLPD's
+recipe) follows RLPD (Ball et al. 2023): 10 LayerNorm critics, a random pair for the target's minimum,
+tau 0.005, initial temperature 1, target entropy -|A|; configs/algo/sac.yaml sets its learning rates.
 """
 
 from dataclasses import dataclass
@@ -11,7 +13,7 @@ from embodrl.algos import registry
 from embodrl.choices import check_choice, check_positive
 from embodrl.errors import ConfigError
 
-ALGORITHMS = ("ppo", "grpo")
+ALGORITHMS = ("ppo", "grpo", "sac")  # off-policy ones also have a registry entry of kind "off_policy"
 # The estimator each algorithm uses unless `advantage` names another one.
 DEFAULT_ADVANTAGE = {"ppo": "gae", "grpo": "grpo"}
 REWARD_TYPES = ("action", "chunk")
@@ -25,9 +27,10 @@ LR_SCHEDULES = ("constant", "linear")  # linear: from the set rates down to 0 at
 
 @dataclass
 class AlgoConfig:
-    """PPO or GRPO: advantage estimation, the clipped loss and the update schedule."""
+    """PPO or GRPO: advantage estimation, the clipped loss and the update schedule; SAC (off-policy): the
+    replay buffers, the critic ensemble and the temperature."""
 
-    name: str = "ppo"  # ppo: actor-critic; grpo: critic-free, group-normalized returns
+    name: str = "ppo"  # ppo: actor-critic; grpo: critic-free, group-normalized returns; sac: off-policy
     advantage: str | None = None  # estimator by registry name; None: the algorithm's own (ppo: gae)
     gamma: float = 0.99
     gae_lambda: float = 0.95  # applied once per decision (one chunk)
@@ -65,10 +68,26 @@ class AlgoConfig:
     eps: float = 1e-6  # added to the std in group and advantage normalization
     # async rollouts (decoupled PPO): cap of the weight pi_prox / pi_behaviour of stale samples; None: no cap
     behaviour_weight_cap: float | None = 5.0
+    # -- off-policy (sac) ------------------------------------------------------------------------------
+    utd: int = 1  # update-to-data ratio: critic updates per env step (per decision of all envs); RLPD: 10-20
+    batch_size: int = 256  # transitions per critic update (online and demo halves together)
+    buffer_size: int = 1_000_000  # online transitions kept (the oldest go first)
+    learning_starts: int = 5000  # env steps of uniform random actions before the first update
+    num_critics: int = 10  # Q ensemble size (LayerNorm MLPs); plain SAC: 2
+    critic_subset: int = 2  # target: min over this many critics drawn at random per update (REDQ/RLPD)
+    critic_hidden_dims: tuple[int, ...] = (256, 256)
+    tau: float = 0.005  # Polyak averaging of the target critics
+    init_temperature: float = 1.0
+    target_entropy: float | None = None  # None: -(chunk_size * action_dim), i.e. -|A|
+    # A LeRobot dataset of demonstrations (folder or repo id in LeRobot's cache) held in a demo buffer;
+    # each batch then takes `demo_ratio` of its transitions from it (RLPD's symmetric sampling: 0.5)
+    demo_dataset: str | None = None
+    demo_ratio: float = 0.5
 
     def __post_init__(self) -> None:
         check_choice("algo.name", self.name, ALGORITHMS)
-        check_choice("algo.advantage", self.estimator, registry.names("advantage"))
+        if self.on_policy:
+            check_choice("algo.advantage", self.estimator, registry.names("advantage"))
         if self.name == "grpo" and self.estimator in registry.CRITIC_ADVANTAGES:
             raise ConfigError(
                 f"algo.advantage={self.estimator!r} needs a critic, but algo.name='grpo' has none; "
@@ -99,6 +118,18 @@ class AlgoConfig:
             check_positive(f"algo.{key}", getattr(self, key), allow_zero=True)
         if self.group_size < 2:
             raise ConfigError(f"algo.group_size={self.group_size} must be >= 2 (a group needs a baseline)")
+        for key in ("utd", "batch_size", "buffer_size", "num_critics", "critic_subset", "init_temperature"):
+            check_positive(f"algo.{key}", getattr(self, key))
+        check_positive("algo.learning_starts", self.learning_starts, allow_zero=True)
+        self.critic_hidden_dims = tuple(self.critic_hidden_dims)  # YAML gives a list
+        if self.critic_subset > self.num_critics:
+            raise ConfigError(
+                f"algo.critic_subset={self.critic_subset} must be <= algo.num_critics={self.num_critics}"
+            )
+        if not 0 < self.tau <= 1:
+            raise ConfigError(f"algo.tau={self.tau} must lie in (0, 1]")
+        if not 0 <= self.demo_ratio < 1:
+            raise ConfigError(f"algo.demo_ratio={self.demo_ratio} must lie in [0, 1)")
         if self.grpo_success_range is not None:
             self.grpo_success_range = tuple(self.grpo_success_range)  # YAML gives a list
             bounds = self.grpo_success_range
@@ -107,6 +138,12 @@ class AlgoConfig:
                     f"algo.grpo_success_range={list(self.grpo_success_range)} must be [lo, hi] with "
                     "0 <= lo <= hi <= 1, or null"
                 )
+
+    @property
+    def on_policy(self) -> bool:
+        """Whether the algorithm updates from the last rollout (train/rl_runner.py) rather than from a
+        replay buffer (train/offpolicy_runner.py)."""
+        return self.name not in registry.names("off_policy")
 
     @property
     def estimator(self) -> str:

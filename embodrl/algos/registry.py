@@ -1,4 +1,4 @@
-"""One registry for advantage estimators and losses, chosen by name in the config.
+"""One registry for advantage estimators, losses and off-policy algorithms, chosen by name in the config.
 
 Entries are "module:attribute" strings resolved on first use, so importing the registry (and the
 torch-free AlgoConfig that validates names against it) costs nothing; `register` adds new entries.
@@ -14,6 +14,8 @@ from embodrl.choices import check_choice
 # kind -> name -> "module:attribute" (or the callable itself once registered in code).
 #   advantage:  fn(rollout: TensorDict [T, N], last_value: Tensor [N] | None, cfg) -> AdvantageOut
 #   value_loss: fn(error: Tensor, cfg) -> Tensor, elementwise on (return - value)
+#   off_policy: class(policy, cfg) of an algorithm that learns from a replay buffer (AlgoConfig.on_policy
+#               False): update(sample, generator) -> metrics, state_dict(), load_state_dict(state)
 _ENTRIES: dict[str, dict[str, str | Callable]] = {
     "advantage": {
         "gae": "embodrl.algos.gae:gae_advantages",
@@ -23,6 +25,9 @@ _ENTRIES: dict[str, dict[str, str | Callable]] = {
         "mse": "embodrl.algos.ppo_loss:mse_value_loss",
         "huber": "embodrl.algos.ppo_loss:huber_value_loss",
     },
+    "off_policy": {
+        "sac": "embodrl.algos.sac:SAC",
+    },
 }
 
 # Estimators that read the critic's values; an algorithm without a critic cannot use them.
@@ -30,7 +35,7 @@ CRITIC_ADVANTAGES = frozenset({"gae"})
 
 
 def names(kind: str) -> tuple[str, ...]:
-    """The registered names of one kind ("advantage" or "value_loss")."""
+    """The registered names of one kind ("advantage", "value_loss" or "off_policy")."""
     check_choice("registry kind", kind, tuple(_ENTRIES))
     return tuple(_ENTRIES[kind])
 

@@ -1,4 +1,5 @@
-"""`embodrl train` as one command: optional SFT from demonstrations, then RL from the SFT policy."""
+"""`embodrl train` as one command: optional SFT from demonstrations, then RL from the SFT policy (on-policy,
+or from a replay buffer: AlgoConfig.on_policy picks the runner)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from embodrl.config import ExperimentConfig
 from embodrl.policies.lora_config import LoRAConfig
 from embodrl.train.checkpointing import LAST, POLICY_DIR
+from embodrl.train.offpolicy_runner import OffPolicyRunner
 from embodrl.train.rl_runner import OnPolicyRunner
 from embodrl.train.runner import FINAL_EVAL_FILE
 
@@ -41,5 +43,6 @@ def train(cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> dict:
         summary["sft/success"] = json.loads((sft_dir / FINAL_EVAL_FILE).read_text())["success_rate"]
         policy = dataclasses.replace(cfg.policy, init_from=str(sft_dir / LAST / POLICY_DIR))
         cfg = dataclasses.replace(cfg, policy=policy)
-    summary.update(OnPolicyRunner(cfg, run_dir, resume=resume).learn())
+    runner = OnPolicyRunner if cfg.algo.on_policy else OffPolicyRunner
+    summary.update(runner(cfg, run_dir, resume=resume).learn())
     return summary

@@ -4,6 +4,10 @@ The mean comes from an MLP on the encoded observation (state vector and/or CNN i
 std is a free, state-independent parameter per chunk element. There is no tanh squashing: samples
 are un-normalized to env units and the env clips them to its bounds. Log-probs are taken in
 normalized units (the constant Jacobian of the affine normalization cancels in PPO ratios).
+
+With `gaussian.squash=tanh` it is SAC's actor instead: the MLP also gives a state-dependent log-std
+(bounded to [LOG_STD_MIN, LOG_STD_MAX]), a sample u is squashed to tanh(u) in [-1, 1], and the log-prob
+carries tanh's Jacobian. `replay` then keeps u, so `evaluate` recomputes the log-prob exactly.
 """
 
 from __future__ import annotations
@@ -33,6 +37,19 @@ def orthogonal_init(net: nn.Sequential, output_gain: float) -> None:
 
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # squash=tanh: the state-dependent log-std's range (RLPD, CleanRL)
+
+
+def log_tanh_jacobian(raw: torch.Tensor) -> torch.Tensor:
+    """log(1 - tanh(raw)^2) per element, in the form that stays finite for large |raw|."""
+    return 2 * (math.log(2) - raw - nn.functional.softplus(-2 * raw))
+
+
+def mean_chunk(actor_out: torch.Tensor, chunk_shape: tuple[int, int], squash: bool) -> torch.Tensor:
+    """The deterministic chunk [N, C, A] (normalized units) from the actor MLP's output: the mean, squashed
+    by tanh under squash=tanh (whose output also holds the log-std, after the mean)."""
+    mean = actor_out[:, : math.prod(chunk_shape)].view(-1, *chunk_shape)
+    return mean.tanh() if squash else mean
 
 
 class GaussianMeanProgram(ActionProgram):
@@ -42,8 +59,10 @@ class GaussianMeanProgram(ActionProgram):
         super().__init__(policy, policy.encoder)
         self.actor, self.chunk_shape = policy.actor, policy.chunk_shape
 
+        self.squash = policy.squash
+
     def normalized_actions(self, features: torch.Tensor, extra: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        return self.actor(features).view(-1, *self.chunk_shape)
+        return mean_chunk(self.actor(features), self.chunk_shape, self.squash)
 
 
 class GaussianPolicy(Policy):
@@ -58,8 +77,11 @@ class GaussianPolicy(Policy):
         self.encoder = ObsEncoder(cfg, cfg.obs_keys, self.obs_shapes, self.normalizers)
         self.value_encoder = self._make_value_encoder()
         gcfg = cfg.gaussian
-        self.actor = mlp(self.encoder.out_dim, gcfg.hidden_dims, math.prod(self.chunk_shape), gcfg.activation)
-        self.log_std = nn.Parameter(torch.full(self.chunk_shape, math.log(gcfg.init_std)))  # [C, A]
+        self.squash = gcfg.squash == "tanh"
+        outputs = math.prod(self.chunk_shape) * (2 if self.squash else 1)  # tanh: mean and log-std
+        self.actor = mlp(self.encoder.out_dim, gcfg.hidden_dims, outputs, gcfg.activation)
+        if not self.squash:  # a free log-std [C, A]; under tanh the actor gives it per state
+            self.log_std = nn.Parameter(torch.full(self.chunk_shape, math.log(gcfg.init_std)))
         self.critic = self._make_critic(self.encoder.out_dim)
         if gcfg.init == "orthogonal":
             orthogonal_init(self.actor, output_gain=0.01)
@@ -67,40 +89,65 @@ class GaussianPolicy(Policy):
         self.aux_head = self._make_aux_head(self.encoder.out_dim)
         self.to(device)
 
-    def _mean_std(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The Gaussian's mean and std [N, C, A], in normalized units."""
-        mean = self.actor(features).view(-1, *self.chunk_shape)
-        return mean, self.log_std.exp().expand_as(mean)
+    def _mean_log_std(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Gaussian's mean and log-std [N, C, A], in normalized units (before tanh under squash)."""
+        out = self.actor(features)
+        if not self.squash:
+            mean = out.view(-1, *self.chunk_shape)
+            return mean, self.log_std.expand_as(mean)
+        mean, log_std = out.view(-1, 2, *self.chunk_shape).unbind(1)
+        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
-    def _log_density(self, action_norm: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-        """Per-element Gaussian log-density [N, C, A]. Written out, not a torch Normal: building the
-        distribution costs more than this math for one env (act) or a small minibatch (evaluate), and one
-        formula for both makes the first minibatch's ratio exactly 1."""
-        return -0.5 * ((action_norm - mean) / std) ** 2 - self.log_std - HALF_LOG_2PI
+    def _log_density(self, sample: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+        """Per-element log-density [N, C, A] of the Gaussian's `sample` (of tanh(sample) under squash).
+        Written out, not a torch Normal: building the distribution costs more than this math for one env
+        (act) or a small minibatch (evaluate), and one formula for both makes the first minibatch's ratio
+        exactly 1."""
+        density = -0.5 * ((sample - mean) / log_std.exp()) ** 2 - log_std - HALF_LOG_2PI
+        return density - log_tanh_jacobian(sample) if self.squash else density
+
+    def _squashed(self, sample: torch.Tensor) -> torch.Tensor:
+        """The Gaussian's sample as a normalized action."""
+        return sample.tanh() if self.squash else sample
 
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
         image_features = self.encoder.frozen_image_features(obs)
         features = self.encoder(obs, image_features=image_features)
-        mean, std = self._mean_std(features)
-        action_norm = mean if deterministic else torch.normal(mean, std)  # what Normal.sample draws
-        replay = {"action_norm": action_norm}
+        mean, log_std = self._mean_log_std(features)
+        # what Normal.sample draws; replay's `action_norm` is this sample (before tanh under squash)
+        sample = mean if deterministic else torch.normal(mean, log_std.exp())
+        replay = {"action_norm": sample}
         if image_features is not None:  # frozen CNNs: the update reads their features from here
             replay["image_features"] = image_features
         return ActOut(
-            actions=self.normalizers["action"].unnormalize(action_norm),
-            logprob=reduce_logprob(self._log_density(action_norm, mean, std), self.cfg.logprob_type),
+            actions=self.normalizers["action"].unnormalize(self._squashed(sample)),
+            logprob=reduce_logprob(self._log_density(sample, mean, log_std), self.cfg.logprob_type),
             value=self._value(obs, features),
-            replay=TensorDict(replay, batch_size=action_norm.shape[:1]),
+            replay=TensorDict(replay, batch_size=sample.shape[:1]),
         )
+
+    def sample_reparameterized(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.squash:
+            raise UserError(
+                "an off-policy actor needs bounded actions with a tractable density: set "
+                "policy.gaussian.squash=tanh"
+            )
+        mean, log_std = self._mean_log_std(self.encoder(obs))
+        sample = mean + log_std.exp() * torch.randn_like(mean)
+        logprob = self._log_density(sample, mean, log_std).sum((-2, -1))
+        return self.normalizers["action"].unnormalize(sample.tanh()), logprob
 
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
         if "action_norm" not in replay.keys():
             raise UserError("replay lacks 'action_norm': it was not produced by a gaussian policy's act()")
         features = self.encoder(obs, image_features=replay.get("image_features", None))
-        mean, std = self._mean_std(features)
-        logprob = self._log_density(replay["action_norm"], mean, std)
-        entropy = (0.5 + HALF_LOG_2PI + self.log_std).expand_as(mean)  # a Normal's, per element
+        mean, log_std = self._mean_log_std(features)
+        sample = replay["action_norm"]
+        logprob = self._log_density(sample, mean, log_std)
+        entropy = 0.5 + HALF_LOG_2PI + log_std  # a Normal's, per element
+        if self.squash:  # tanh's: the Normal's plus E[log(1 - tanh(u)^2)], estimated at the sample
+            entropy = entropy + log_tanh_jacobian(sample)
         return EvalOut(
             logprob=reduce_logprob(logprob, self.cfg.logprob_type),
             entropy=entropy.mean((-2, -1)),  # [N], mean per action element
@@ -114,10 +161,11 @@ class GaussianPolicy(Policy):
         return GaussianMeanProgram(self)
 
     def sft_loss(self, batch: TensorDict) -> torch.Tensor:
-        """MSE between the Gaussian mean and the normalized demo chunk, ignoring padded steps."""
+        """MSE between the deterministic chunk (the mean, squashed under tanh) and the normalized demo
+        chunk, ignoring padded steps."""
         target = self.normalizers["action"](check_action_batch(batch, self.chunk_shape))  # [B, C, A]
         features = self.encoder(batch, augment=True)
-        mean = self.actor(features).view_as(target)
+        mean = mean_chunk(self.actor(features), self.chunk_shape, self.squash)
         return masked_mean((mean - target).pow(2), batch.get("action_is_pad", None)) + self._aux_loss(
             batch, features
         )

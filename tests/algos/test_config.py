@@ -15,7 +15,7 @@ def test_defaults_are_valid_and_pick_the_algorithms_estimator():
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("name", "sac"),
+        ("name", "td3"),
         ("advantage", "vtrace"),
         ("reward_type", "episode"),
         ("value_loss", "l1"),

@@ -1,0 +1,181 @@
+"""Soft actor-critic with RLPD's recipe (Ball et al. 2023; Haarnoja et al. 2018; REDQ, Chen et al. 2021).
+
+The actor is the policy, trained through `Policy.sample_reparameterized` (a tanh-squashed Gaussian);
+the critics live here: an ensemble of Q(s, a) MLPs with LayerNorm, evaluated together as batched
+matmuls, on the policy's normalized vector observations and the action chunk (env units). One `update`
+is what one transition earns: `utd` critic steps on fresh batches (each target the minimum of a random
+subset of the target critics, minus the entropy term), then one actor and one temperature step on the
+last batch. A chunk is one decision: its rewards are summed and discounted once.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from embodrl.algos.config import AlgoConfig
+from embodrl.errors import UserError
+
+
+class EnsembleLinear(nn.Module):
+    """`members` independent linear layers applied to inputs [E, B, in] at once (one batched matmul)."""
+
+    def __init__(self, members: int, in_dim: int, out_dim: int) -> None:
+        super().__init__()
+        bound = 1 / math.sqrt(in_dim)  # nn.Linear's initial range, per member
+        self.weight = nn.Parameter(torch.empty(members, in_dim, out_dim).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(members, 1, out_dim).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleLayerNorm(nn.Module):
+    """LayerNorm over the last dimension with each member's own gain and bias."""
+
+    def __init__(self, members: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(members, 1, dim))
+        self.bias = nn.Parameter(torch.zeros(members, 1, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.layer_norm(x, x.shape[-1:]) * self.weight + self.bias
+
+
+class CriticEnsemble(nn.Module):
+    """E Q-functions: inputs [B, in] -> Q-values [E, B]; each hidden layer linear, LayerNorm, ReLU (RLPD)."""
+
+    def __init__(self, members: int, in_dim: int, hidden_dims: tuple[int, ...]) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for width in hidden_dims:
+            layers += [EnsembleLinear(members, in_dim, width), EnsembleLayerNorm(members, width), nn.ReLU()]
+            in_dim = width
+        layers.append(EnsembleLinear(members, in_dim, 1))
+        self.net, self.members = nn.Sequential(*layers), members
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.net(inputs.expand(self.members, *inputs.shape)).squeeze(-1)
+
+
+class SAC:
+    """The critic ensemble, its targets, the temperature and the three optimizers around a policy."""
+
+    def __init__(self, policy: nn.Module, cfg: AlgoConfig) -> None:
+        self.policy, self.cfg = policy, cfg
+        # an asymmetric critic reads policy.value_obs_keys (e.g. privileged state), else the actor's keys
+        self.critic_keys = tuple(policy.cfg.value_obs_keys or policy.cfg.obs_keys)
+        images = [k for k in self.critic_keys if len(policy.obs_shapes[k]) != 1]
+        if images:
+            raise UserError(
+                f"algo=sac reads vector observations (state, privileged) only for now; the policy reads "
+                f"{images}: set policy.obs_keys to vector keys"
+            )
+        action_size = math.prod(policy.chunk_shape)
+        in_dim = sum(policy.obs_shapes[k][0] for k in self.critic_keys) + action_size
+        self.critic = CriticEnsemble(cfg.num_critics, in_dim, cfg.critic_hidden_dims).to(policy.device)
+        self.target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_temperature = torch.tensor(
+            math.log(cfg.init_temperature), device=policy.device, requires_grad=True
+        )
+        self.target_entropy = -float(action_size) if cfg.target_entropy is None else cfg.target_entropy
+        value_head = {id(p) for p in policy.critic_parameters()}  # an on-policy V(s) head: SAC leaves it be
+        self.actor_parameters = [
+            p for p in policy.parameters() if p.requires_grad and id(p) not in value_head
+        ]
+        self.actor_optimizer = torch.optim.Adam(self.actor_parameters, lr=cfg.actor_lr)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
+        self.temperature_optimizer = torch.optim.Adam([self.log_temperature], lr=cfg.actor_lr)
+
+    @property
+    def temperature(self) -> torch.Tensor:
+        return self.log_temperature.detach().exp()
+
+    def critic_inputs(self, obs: TensorDict, action: torch.Tensor) -> torch.Tensor:
+        """[B, in]: the critic's observation keys (normalized as the policy normalizes them), the action."""
+        normalizers = self.policy.normalizers
+        parts = [
+            normalizers[k](obs[k].float()) if k in normalizers else obs[k].float() for k in self.critic_keys
+        ]
+        return torch.cat([*parts, action.flatten(1)], dim=-1)
+
+    def critic_target(self, batch: TensorDict, generator: torch.Generator) -> torch.Tensor:
+        """r + gamma (1 - terminated) (min over a random subset of target Q(s', a') - alpha log pi(a'|s')),
+        a' drawn from the policy [B]."""
+        with torch.no_grad():
+            next_action, next_logprob = self.policy.sample_reparameterized(batch["next_obs"])
+            subset = torch.randperm(self.cfg.num_critics, generator=generator)[: self.cfg.critic_subset]
+            next_q = self.target(self.critic_inputs(batch["next_obs"], next_action))[subset].min(0).values
+            soft_value = next_q - self.temperature * next_logprob
+            return batch["reward"] + self.cfg.gamma * (~batch["terminated"]).float() * soft_value
+
+    def critic_step(self, batch: TensorDict, generator: torch.Generator) -> dict[str, float]:
+        target = self.critic_target(batch, generator)
+        q = self.critic(self.critic_inputs(batch["obs"], batch["action"]))  # [E, B]
+        loss = (q - target).pow(2).mean()  # each critic's MSE, averaged (SB3's 0.5 * sum for E = 2)
+        self._step(self.critic_optimizer, loss, list(self.critic.parameters()))
+        with torch.no_grad():  # Polyak: target <- (1 - tau) target + tau critic
+            torch._foreach_lerp_(list(self.target.parameters()), list(self.critic.parameters()), self.cfg.tau)
+        return {"critic_loss": loss.item(), "q": q.detach().mean().item()}
+
+    def actor_step(self, batch: TensorDict) -> dict[str, float]:
+        """Maximize the ensemble's mean Q(s, a) - alpha log pi(a|s), a ~ pi; then tune alpha toward the
+        target entropy."""
+        action, logprob = self.policy.sample_reparameterized(batch["obs"])
+        self.critic.requires_grad_(False)  # the actor's loss trains the actor only
+        try:
+            q = self.critic(self.critic_inputs(batch["obs"], action)).mean(0)
+        finally:
+            self.critic.requires_grad_(True)
+        actor_loss = (self.temperature * logprob - q).mean()
+        self._step(self.actor_optimizer, actor_loss, self.actor_parameters)
+        temperature_loss = self.temperature_loss(logprob.detach())
+        self._step(self.temperature_optimizer, temperature_loss, [self.log_temperature])
+        return {
+            "actor_loss": actor_loss.item(),
+            "entropy": -logprob.detach().mean().item(),
+            "temperature": self.temperature.item(),
+        }
+
+    def temperature_loss(self, logprob: torch.Tensor) -> torch.Tensor:
+        """-log alpha (log pi + target entropy): alpha grows while the entropy is below its target."""
+        return -(self.log_temperature * (logprob + self.target_entropy)).mean()
+
+    def update(self, sample: Callable[[], TensorDict], generator: torch.Generator) -> dict[str, float]:
+        """One transition's worth of learning: `utd` critic steps, each on a fresh `sample()`, then the actor
+        and temperature on the last batch. Returns the last steps' metrics."""
+        for _ in range(self.cfg.utd):
+            batch = sample()
+            metrics = self.critic_step(batch, generator)
+        return {**metrics, **self.actor_step(batch)}
+
+    def _step(self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, params: list[nn.Parameter]) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        optimizer.step()
+
+    def state_dict(self) -> dict:
+        return {
+            "critic": self.critic.state_dict(),
+            "target": self.target.state_dict(),
+            "log_temperature": self.log_temperature.detach().clone(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "temperature_optimizer": self.temperature_optimizer.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.critic.load_state_dict(state["critic"])
+        self.target.load_state_dict(state["target"])
+        with torch.no_grad():
+            self.log_temperature.copy_(state["log_temperature"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.temperature_optimizer.load_state_dict(state["temperature_optimizer"])
