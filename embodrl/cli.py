@@ -175,13 +175,13 @@ def cmd_collect(args: argparse.Namespace) -> None:
 def cmd_reward_train(args: argparse.Namespace) -> None:
     import json
 
-    from embodrl.rewards.config import ClassifierTrainConfig
-    from embodrl.rewards.training import METRICS_FILE, train_classifier
+    from embodrl.rewards.config import RewardTrainConfig
+    from embodrl.rewards.training import METRICS_FILE, train_reward_model
     from embodrl.structured import merge_to_object
 
-    cfg = merge_to_object(ClassifierTrainConfig, overrides=args.overrides)
-    out, metrics = train_classifier(args.dataset, cfg)
-    held = metrics["held_out"]
+    cfg = merge_to_object(RewardTrainConfig, overrides=args.overrides)
+    out, metrics = train_reward_model(args.dataset, cfg)
+    held, progress = metrics["held_out"], metrics["held_out_progress"]
     print(
         f"held-out episodes {metrics['episodes']['held_out']} ({held['frames']} frames, {held['positives']} "
         f"success): precision {held['precision']:.1%}, recall {held['recall']:.1%}, false-positive rate "
@@ -189,7 +189,13 @@ def cmd_reward_train(args: argparse.Namespace) -> None:
         f"{held['episode_false_alarm']:.1%}"
     )
     print(json.dumps({k: held[k] for k in ("tp", "fp", "fn", "tn")}))
-    print(f"reward model: {out} (use it with reward.model={out}); metrics: {out / METRICS_FILE}")
+    print(
+        "as a dense reward: rank correlation with the frame index before the success "
+        f"{progress['order']:.2f}; highest output {progress['peak_success']:.2f} in episodes with a success, "
+        f"{progress['peak_failure']:.2f} in failures"
+    )
+    use = f" (use it with reward.model={out})" if cfg.model == "classifier" else ""
+    print(f"{cfg.model} model: {out}{use}; metrics: {out / METRICS_FILE}")
 
 
 def cmd_check_dataset(args: argparse.Namespace) -> None:
@@ -505,7 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
         "prints precision, recall and false-positive rate on the held-out episodes at the threshold, and "
         "writes the checkpoint folder (config.json + model.safetensors) and metrics.json. Use the result "
         "with `embodrl train ... reward.model=DIR`. Settings as key=value: out, obs_keys, key_map, blocks, "
-        "channels, hidden, held_out, epochs, batch_size, lr, weight_decay, threshold, seed, device.",
+        "channels, hidden, held_out, epochs, batch_size, lr, weight_decay, balance, threshold, seed, device; "
+        "model=progress fits a progress model instead (VLAC-style dense reward: each frame's progress "
+        "t / t_success on episodes with a success), scored on the same held-out episodes.",
     )
     p.add_argument("dataset", help="LeRobot dataset folder (or repo id in LeRobot's local cache)")
     p.add_argument("overrides", nargs="*", metavar="OVERRIDES", help="key=value, e.g. out=runs/reward/pick")

@@ -1,4 +1,5 @@
 """The success classifier: frozen pretrained image features (+ proprioception) -> the logit of "task done".
+A progress model is the same network whose output is the episode's progress in [0, 1] (`kind`).
 
 The image tower (EfficientNet-Lite0's first blocks, ImageNet weights from an installed package) never
 trains, so training caches its features once per frame and the checkpoint holds only the head: a 1x1
@@ -25,6 +26,7 @@ from embodrl.policies.vision_config import VisionConfig
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 KIND = "success_classifier"
+PROGRESS_KIND = "progress"
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class ClassifierSpec:
     channels: int
     hidden: int
     threshold: float
+    kind: str = KIND  # KIND, or PROGRESS_KIND
 
     @property
     def cameras(self) -> tuple[str, ...]:
@@ -112,7 +115,7 @@ class SuccessClassifier(nn.Module):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         spec = asdict(self.spec) | {"shapes": {k: list(v) for k, v in self.spec.shapes.items()}}
-        (directory / CONFIG_FILE).write_text(json.dumps({"kind": KIND, **spec, **(extra or {})}, indent=2))
+        (directory / CONFIG_FILE).write_text(json.dumps({**spec, **(extra or {})}, indent=2))
         save_file(
             {k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
             directory / WEIGHTS_FILE,
@@ -133,8 +136,12 @@ def load_classifier(directory: str | Path, device: str | torch.device = "cpu") -
         data = json.loads(config.read_text())
     except json.JSONDecodeError as error:
         raise UserError(f"{config} is not valid JSON: {error}") from None
-    if not isinstance(data, dict) or data.get("kind") != KIND:
-        raise UserError(f"{directory} is not a success classifier (config.json kind={data.get('kind')!r})")
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind != KIND:
+        raise UserError(
+            f"{directory} is not a success classifier (config.json kind={kind!r}); a reward model's success "
+            "comes from `embodrl reward train` with model=classifier"
+        )
     try:
         spec = ClassifierSpec(
             obs_keys=tuple(data["obs_keys"]),

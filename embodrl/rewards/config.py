@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from embodrl.choices import check_positive
+from embodrl.choices import check_choice, check_positive
 from embodrl.errors import ConfigError
 from embodrl.policies.vision_config import TOWER_BLOCKS
 
@@ -29,10 +29,16 @@ class RewardConfig:
             )
 
 
+# classifier: P(the frame shows the task done); progress: the episode's progress in [0, 1] (VLAC-style: the
+# difference between two frames' values is the progress between them, a dense reward)
+REWARD_MODELS = ("classifier", "progress")
+
+
 @dataclass
-class ClassifierTrainConfig:
+class RewardTrainConfig:
     """`embodrl reward train DATASET [k=v ...]`: a head on frozen pretrained image features + the state."""
 
+    model: str = "classifier"  # REWARD_MODELS
     out: str = ""  # checkpoint folder to write; "" : runs/reward/<dataset name>-<time>
     obs_keys: tuple[str, ...] = ("rgb", "state")  # policy-style observation keys (rgb, wrist_rgb, state)
     key_map: dict[str, str] = field(default_factory=dict)  # obs key -> dataset feature, as sft.key_map
@@ -46,7 +52,9 @@ class ClassifierTrainConfig:
     lr: float = 1e-3
     weight_decay: float = 1e-2
     balance: bool = True  # weight the (few) success frames up to the others' total in the loss
-    threshold: float = 0.5  # probability above which a frame counts as a success (saved with the model)
+    # output above which a frame counts as a success (saved with the model); None: 0.5 for a classifier, 0.95
+    # for a progress model (the frame before the success is at 1 - 1 / its index)
+    threshold: float | None = None
     seed: int = 0
     device: str = "cpu"
 
@@ -57,7 +65,8 @@ class ClassifierTrainConfig:
             raise ConfigError(f"blocks={self.blocks} must be in [1, {len(TOWER_BLOCKS[self.tower])}]")
         if not 0.0 < self.held_out < 1.0:
             raise ConfigError(f"held_out={self.held_out} must be in (0, 1)")
-        if not 0.0 < self.threshold < 1.0:
+        check_choice("model", self.model, REWARD_MODELS)
+        if self.threshold is not None and not 0.0 < self.threshold < 1.0:
             raise ConfigError(f"threshold={self.threshold} must be in (0, 1)")
         for key in ("channels", "hidden", "epochs", "batch_size", "lr"):
             check_positive(key, getattr(self, key))
@@ -68,3 +77,9 @@ class ClassifierTrainConfig:
                 f"obs_keys={list(self.obs_keys)} must name at least one camera (rgb, wrist_rgb), and state "
                 "optionally"
             )
+
+    @property
+    def decision_threshold(self) -> float:
+        if self.threshold is not None:
+            return self.threshold
+        return 0.5 if self.model == "classifier" else 0.95

@@ -49,6 +49,32 @@ def classification_metrics(
     return out
 
 
+def _ranks(values: np.ndarray) -> np.ndarray:
+    return np.argsort(np.argsort(values, kind="stable"), kind="stable").astype(np.float64)
+
+
+def progress_metrics(value: np.ndarray, label: np.ndarray, episode: np.ndarray) -> dict[str, float]:
+    """How well per-frame outputs [F] serve as a dense reward on labelled episodes: `order`, the mean over
+    episodes with a success of the Spearman correlation between the output and the frame index up to the
+    first success (1: it rises all the way); `peak_success` / `peak_failure`, the mean of each episode's
+    highest output in episodes with and without a success (apart: a failure never looks done)."""
+    order, peak = [], {True: [], False: []}
+    for e in np.unique(episode):
+        mine = episode == e
+        hits = np.flatnonzero(label[mine])
+        peak[bool(hits.size)].append(float(value[mine].max()))
+        if hits.size and hits[0] >= 2:
+            v = value[mine][: hits[0] + 1]
+            a, b = _ranks(v), _ranks(np.arange(len(v)))
+            if a.std() > 0:
+                order.append(float(np.corrcoef(a, b)[0, 1]))
+    return {
+        "order": float(np.mean(order)) if order else 0.0,
+        "peak_success": float(np.mean(peak[True])) if peak[True] else 0.0,
+        "peak_failure": float(np.mean(peak[False])) if peak[False] else 0.0,
+    }
+
+
 def threshold_curve(probability: np.ndarray, label: np.ndarray) -> list[dict[str, float]]:
     """precision / recall / fpr at a fixed set of thresholds (CURVE_THRESHOLDS)."""
     return [

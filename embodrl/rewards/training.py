@@ -1,9 +1,12 @@
-"""`embodrl reward train`: fit a success classifier on a labelled LeRobot dataset, held-out episodes scored.
+"""`embodrl reward train`: fit a success classifier (or a progress model) on a labelled LeRobot dataset, its
+held-out episodes scored.
 
 Labels are LeRobot's HIL-SERL per-frame `next.reward` (> 0.5: the frame shows the task done). Episodes,
 not frames, are split (seeded; episodes with and without a success are split separately, so both sides
 hold each), because neighbouring frames of one episode are near copies. The frozen tower's features are
 computed once per frame; the head then trains for `epochs` passes with AdamW and binary cross-entropy.
+A progress model learns, on the episodes with a success, each frame's progress t / t_success (1 from the
+first success on), so that the difference of two frames' outputs is the progress between them.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.data.lerobot_format import REWARD_KEY
 from embodrl.errors import UserError
 from embodrl.obs_keys import STATE
-from embodrl.rewards.classifier import ClassifierSpec, SuccessClassifier
-from embodrl.rewards.config import ClassifierTrainConfig
-from embodrl.rewards.metrics import classification_metrics, threshold_curve
+from embodrl.rewards.classifier import KIND, PROGRESS_KIND, ClassifierSpec, SuccessClassifier
+from embodrl.rewards.config import RewardTrainConfig
+from embodrl.rewards.metrics import classification_metrics, progress_metrics, threshold_curve
 
 METRICS_FILE = "metrics.json"
 
@@ -52,6 +55,20 @@ def frame_labels(dataset: LeRobotDataset) -> np.ndarray:
     return dataset.column(REWARD_KEY).reshape(-1) > 0.5
 
 
+def progress_targets(labels: np.ndarray, episode: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(progress [F] in [0, 1], known [F]): t / t_success up to an episode's first success, 1 from it on;
+    unknown in episodes without a success."""
+    progress, known = np.zeros(len(labels), np.float32), np.zeros(len(labels), bool)
+    for e in np.unique(episode):
+        frames = np.flatnonzero(episode == e)
+        hits = np.flatnonzero(labels[frames])
+        if hits.size:
+            first = max(int(hits[0]), 1)
+            progress[frames] = np.minimum(np.arange(len(frames)) / first, 1.0)
+            known[frames] = True
+    return progress, known
+
+
 def cache_features(
     model: SuccessClassifier, dataset: LeRobotDataset, cameras: dict[str, str], batch: int = 256
 ) -> dict[str, torch.Tensor]:
@@ -64,7 +81,7 @@ def cache_features(
     return {k: torch.cat(v) for k, v in out.items()}
 
 
-def train_classifier(dataset_path: str | Path, cfg: ClassifierTrainConfig) -> tuple[Path, dict]:
+def train_reward_model(dataset_path: str | Path, cfg: RewardTrainConfig) -> tuple[Path, dict]:
     """Train, score the held-out episodes, write the checkpoint folder and its metrics.json; returns both."""
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
@@ -85,7 +102,8 @@ def train_classifier(dataset_path: str | Path, cfg: ClassifierTrainConfig) -> tu
         blocks=cfg.blocks,
         channels=cfg.channels,
         hidden=cfg.hidden,
-        threshold=cfg.threshold,
+        threshold=cfg.decision_threshold,
+        kind=KIND if cfg.model == "classifier" else PROGRESS_KIND,
     )
     model = SuccessClassifier(spec, cfg.device)
     cameras = {k: inputs.features[k] for k in spec.cameras}
@@ -93,24 +111,30 @@ def train_classifier(dataset_path: str | Path, cfg: ClassifierTrainConfig) -> tu
     state = None
     if STATE in spec.obs_keys:
         state = torch.from_numpy(dataset.column(inputs.features[STATE]).astype(np.float32))
-    target = torch.from_numpy(labels.astype(np.float32))
-    train = torch.from_numpy(np.flatnonzero(np.isin(episode, train_eps)))
+    target, known = labels.astype(np.float32), np.ones(len(labels), bool)
+    if cfg.model == "progress":
+        target, known = progress_targets(labels, episode)
+    train = torch.from_numpy(np.flatnonzero(np.isin(episode, train_eps) & known))
     test = torch.from_numpy(np.flatnonzero(np.isin(episode, test_eps)))
     head = model.head
     if state is not None:
         head.state_mean.copy_(state[train].mean(0))
         head.state_std.copy_(state[train].std(0).clamp_min(1e-3))
-    fit(head, features, state, target, train, cfg)
+    fit(head, features, state, torch.from_numpy(target), train, cfg)
     probability = predict(head, features, state, cfg.device)
+    train = torch.from_numpy(np.flatnonzero(np.isin(episode, train_eps)))  # scored on every frame
     metrics = {
         "dataset": str(dataset.root),
         "episodes": {"train": len(train_eps), "held_out": len(test_eps)},
         "held_out_episodes": test_eps.tolist(),
         "held_out": classification_metrics(
-            probability[test].numpy(), labels[test.numpy()], cfg.threshold, episode[test.numpy()]
+            probability[test].numpy(), labels[test.numpy()], spec.threshold, episode[test.numpy()]
+        ),
+        "held_out_progress": progress_metrics(
+            probability[test].numpy(), labels[test.numpy()], episode[test.numpy()]
         ),
         "train": classification_metrics(
-            probability[train].numpy(), labels[train.numpy()], cfg.threshold, episode[train.numpy()]
+            probability[train].numpy(), labels[train.numpy()], spec.threshold, episode[train.numpy()]
         ),
         "held_out_curve": threshold_curve(probability[test].numpy(), labels[test.numpy()]),
         "config": asdict(cfg),
@@ -136,9 +160,9 @@ def fit(
     state: torch.Tensor | None,
     target: torch.Tensor,
     train: torch.Tensor,
-    cfg: ClassifierTrainConfig,
+    cfg: RewardTrainConfig,
 ) -> None:
-    """AdamW on binary cross-entropy over shuffled minibatches of the `train` frames."""
+    """AdamW on binary cross-entropy (soft targets for progress) over shuffled minibatches of `train`."""
     device = torch.device(cfg.device)
     head.train()
     optimizer = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -146,7 +170,7 @@ def fit(
     labels = target[train]
     # successes are a few frames per episode: weighted up to the failures' total unless cfg.balance is off
     pos_weight = torch.tensor(1.0)
-    if cfg.balance:
+    if cfg.balance and cfg.model == "classifier":
         pos_weight = (len(labels) - labels.sum()) / labels.sum().clamp_min(1)
     for _ in range(cfg.epochs):
         order = train[torch.randperm(len(train), generator=generator)]

@@ -12,8 +12,8 @@ from tensordict import TensorDict
 from embodrl.data.lerobot_dataset import LeRobotDatasetWriter
 from embodrl.errors import UserError
 from embodrl.rewards.classifier import WEIGHTS_FILE, load_classifier
-from embodrl.rewards.config import ClassifierTrainConfig
-from embodrl.rewards.training import METRICS_FILE, split_episodes, train_classifier
+from embodrl.rewards.config import RewardTrainConfig
+from embodrl.rewards.training import METRICS_FILE, progress_targets, split_episodes, train_reward_model
 
 SIZE = 32
 
@@ -50,8 +50,8 @@ def _toy_dataset(root, episodes: int = 8, length: int = 10) -> None:
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("reward")
     _toy_dataset(root / "data")
-    cfg = ClassifierTrainConfig(out=str(root / "model"), blocks=3, epochs=30, held_out=0.25, hidden=32)
-    out, metrics = train_classifier(root / "data", cfg)
+    cfg = RewardTrainConfig(out=str(root / "model"), blocks=3, epochs=30, held_out=0.25, hidden=32)
+    out, metrics = train_reward_model(root / "data", cfg)
     return out, metrics
 
 
@@ -96,7 +96,7 @@ def test_a_dataset_without_labels_is_refused(tmp_path):
     with LeRobotDatasetWriter(tmp_path / "d", 10, features) as writer:
         writer.add_episode({"observation.images.main": np.zeros((2, SIZE, SIZE, 3), np.uint8)}, "x")
     with pytest.raises(UserError, match="no per-frame success labels"):
-        train_classifier(tmp_path / "d", ClassifierTrainConfig(obs_keys=("rgb",)))
+        train_reward_model(tmp_path / "d", RewardTrainConfig(obs_keys=("rgb",)))
 
 
 def test_split_is_by_episode_and_holds_out_both_kinds():
@@ -104,3 +104,22 @@ def test_split_is_by_episode_and_holds_out_both_kinds():
     train, test = split_episodes(has, 0.25, seed=3)
     assert sorted(np.concatenate([train, test]).tolist()) == list(range(12))
     assert has[test].sum() == 2 and (~has[test]).sum() == 1
+
+
+def test_progress_targets_rise_to_the_first_success_and_skip_failures():
+    label = np.array([0, 0, 0, 0, 1, 1, 0, 0], bool)
+    episode = np.array([0, 0, 0, 0, 0, 0, 1, 1])
+    progress, known = progress_targets(label, episode)
+    np.testing.assert_allclose(progress[:6], [0, 0.25, 0.5, 0.75, 1, 1])
+    assert known.tolist() == [True] * 6 + [False] * 2
+
+
+def test_a_progress_model_is_scored_and_refused_as_a_success_reward(tmp_path):
+    _toy_dataset(tmp_path / "data")
+    cfg = RewardTrainConfig(model="progress", out=str(tmp_path / "p"), blocks=3, epochs=30, hidden=32)
+    out, metrics = train_reward_model(tmp_path / "data", cfg)
+    assert metrics["held_out"]["threshold"] == 0.95
+    progress = metrics["held_out_progress"]
+    assert progress["peak_success"] > progress["peak_failure"]
+    with pytest.raises(UserError, match="not a success classifier"):
+        load_classifier(out)

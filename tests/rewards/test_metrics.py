@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from embodrl.rewards.metrics import classification_metrics, threshold_curve
+from embodrl.rewards.metrics import classification_metrics, progress_metrics, threshold_curve
 
 
 def test_counts_rates_and_false_alarms_by_hand():
@@ -34,3 +34,14 @@ def test_the_curve_trades_recall_for_false_positives():
     curve = threshold_curve(np.array([0.15, 0.35, 0.55, 0.95]), label)
     assert [c["fpr"] for c in curve][:3] == [1.0, 0.5, 0.5] and curve[-1]["recall"] == 0.0
     assert all(a["recall"] >= b["recall"] for a, b in zip(curve, curve[1:], strict=False))
+
+
+def test_progress_metrics_by_hand():
+    # episode 0 rises to its success at frame 3; episode 1 (a failure) peaks at 0.4
+    label = np.array([0, 0, 0, 1, 0, 0, 0], bool)
+    value = np.array([0.1, 0.3, 0.2, 0.9, 0.2, 0.4, 0.1])
+    episode = np.array([0, 0, 0, 0, 1, 1, 1])
+    m = progress_metrics(value, label, episode)
+    # ranks of [0.1, 0.3, 0.2, 0.9] = [0, 2, 1, 3] against [0, 1, 2, 3]: Spearman 1 - 6 * 2 / (4 * 15) = 0.8
+    assert m["order"] == pytest.approx(0.8)
+    assert m["peak_success"] == pytest.approx(0.9) and m["peak_failure"] == pytest.approx(0.4)
