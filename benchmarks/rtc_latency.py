@@ -4,13 +4,13 @@ cross-fade and guided real-time chunking (Black et al. 2025), side by side.
 The robot is `robot.kind=sim` on `pick`, whose float features here are the simulator's object
 observation (`privileged`: cube pose, cube - hand, goal; what a perception stack would report), since
 the arm's own state does not say where the cube is. The policy is a flow MLP trained on that
-observation with chunk H >= 8 (below). Each inference sleeps `--latency-ms` on top of its compute (an
-injected inference latency: the loop keeps ticking meanwhile, unlike `robot.latency_s`, which delays
-every observation). Every mode executes N = `--execute-steps` actions of each chunk; rtc and guided_rtc
-query `inference_delay_steps` earlier, set to the measured delay (latency * fps, rounded up, plus the
-tick the result waits for). The safety layer keeps its bounds but its rate limits
-(`max_relative_target`, `max_chunk_jump`) are off, so that the seams are measured as the policy made
-them.
+observation with chunk H >= 8 and 10 Euler steps (below; guidance pulls harder with more steps). Each
+inference sleeps `--latency-ms` on top of its compute (an injected inference latency: the loop keeps
+ticking meanwhile, unlike `robot.latency_s`, which delays every observation). Every mode executes
+N = `--execute-steps` actions of each chunk; rtc and guided_rtc query `inference_delay_steps` earlier,
+set to the expected delay (latency * fps, rounded up, plus the tick at which the result is polled).
+The safety layer keeps its bounds but its rate limits (`max_relative_target`, `max_chunk_jump`) are
+off, so that the seams are measured as the policy made them.
 
 Per mode and latency: the action jump at chunk seams (|a_t - a_{t-1}|, L2 over the arm dims, the
 gripper's deliberate switch left out; t is the first step executed from a new chunk, a_{t-1} what was
@@ -22,8 +22,9 @@ episodes of failures do not outweigh the others; the maximum is over every seam.
         env.control_mode=ee_delta policy.action_dim=7
     embodrl sft pick_flow_noise env=none sft.dataset=data/rtc_pick_demos \\
         'sft.key_map={state: observation.environment_state}' 'policy.obs_keys=[state]' \\
-        'policy.value_obs_keys=[]' policy.chunk_size=8 policy.action_dim=7 sft.steps=8000 name=rtc_pick_h8
-    python benchmarks/rtc_latency.py runs/rtc_pick_h8/<timestamp>/checkpoints/last/policy --episodes 30
+        'policy.value_obs_keys=[]' policy.chunk_size=8 policy.action_dim=7 policy.flow.num_steps=10 \\
+        sft.steps=8000 name=rtc_pick_h8_k10
+    python benchmarks/rtc_latency.py runs/rtc_pick_h8_k10/<timestamp>/checkpoints/last/policy --episodes 30
 """
 
 from __future__ import annotations
