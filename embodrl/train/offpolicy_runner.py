@@ -23,7 +23,8 @@ from embodrl.algos import registry
 from embodrl.config import ExperimentConfig
 from embodrl.data.replay_buffer import ReplayBuffer, demo_transitions, mixed_batch
 from embodrl.engine.episode_tracker import EpisodeTracker
-from embodrl.errors import ConfigError
+from embodrl.errors import ConfigError, UserError
+from embodrl.parallel.distributed import launched_by_torchrun
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
 from embodrl.train.episodes import EpisodeResults
@@ -39,6 +40,11 @@ class OffPolicyRunner(Runner):
 
     def __init__(self, cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> None:
         self.cfg, self.run_dir = cfg, run_dir
+        if launched_by_torchrun():
+            raise UserError(
+                f"algo.name={cfg.algo.name} learns in one process from its replay buffer; run it without "
+                "torchrun (raise algo.utd for more updates per env step)"
+            )
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.seed)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -29,7 +33,6 @@ TINY = [
     "algo.num_critics=3",
     "algo.critic_hidden_dims=[16,16]",
     "policy.gaussian.hidden_dims=[16]",
-    "train.torch_threads=1",
 ]
 
 
@@ -102,9 +105,43 @@ def test_demos_fill_their_share_of_every_batch(tmp_path):
 
 @pytest.mark.slow
 def test_sac_learns_to_swing_the_pendulum_up(tmp_path):
-    """3000 env steps (the first 1000 random) of SAC with the critic ensemble at utd 2: the deterministic
-    return on 5 fixed episodes ends far above what the random episodes scored."""
-    overrides = ["train.iterations=15", "algo.learning_starts=1000", "train.tensorboard=false"]
+    """5000 env steps (the first 600 random) of SAC at utd 1 with 2 critics: the deterministic return on 5
+    fixed episodes ends far above what the random episodes scored (about -1200)."""
+    overrides = [
+        "train.iterations=25",
+        "algo.learning_starts=600",
+        "algo.utd=1",
+        "algo.num_critics=2",
+        "train.eval_every=0",
+        "train.tensorboard=false",
+    ]
     final = OffPolicyRunner(compose("sac_pendulum", overrides), tmp_path).learn()
-    random = [row["rollout/return"] for row in read_metrics(tmp_path)[:5]]  # -1200 or so
-    assert final["eval/return"] > -600 and final["eval/return"] > sum(random) / 5 + 500
+    random = [row["rollout/return"] for row in read_metrics(tmp_path)[:3]]
+    assert final["eval/return"] > sum(random) / 3 + 400
+
+
+@pytest.mark.slow
+def test_a_run_killed_with_sigkill_resumes_to_the_uninterrupted_metrics(tmp_path):
+    """kill -9 at some point after the first checkpoint (possibly inside a save of the buffer): the resumed
+    run still logs what the uninterrupted one does."""
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    killed.mkdir(), whole.mkdir()
+    code = (
+        "import sys; from pathlib import Path; from embodrl.config import compose; "
+        "from embodrl.train.offpolicy_runner import OffPolicyRunner; "
+        "OffPolicyRunner(compose('sac_pendulum', sys.argv[2:]), Path(sys.argv[1])).learn()"
+    )
+    overrides = [*TINY, "train.iterations=12"]
+    child = subprocess.Popen([sys.executable, "-c", code, str(killed), *overrides])
+    try:
+        deadline = time.monotonic() + 120
+        while not (killed / LAST).is_dir() and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.05)
+        time.sleep(1.0)  # into the next iterations and saves
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait()
+    assert child.returncode == -signal.SIGKILL, "the run ended before it was killed: nothing tested"
+    OffPolicyRunner(tiny(12), killed, resume=True).learn()
+    OffPolicyRunner(tiny(12), whole).learn()
+    assert comparable(killed) == comparable(whole)
