@@ -57,9 +57,7 @@ class GaussianMeanProgram(ActionProgram):
 
     def __init__(self, policy: GaussianPolicy) -> None:
         super().__init__(policy, policy.encoder)
-        self.actor, self.chunk_shape = policy.actor, policy.chunk_shape
-
-        self.squash = policy.squash
+        self.actor, self.chunk_shape, self.squash = policy.actor, policy.chunk_shape, policy.squash
 
     def normalized_actions(self, features: torch.Tensor, extra: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return mean_chunk(self.actor(features), self.chunk_shape, self.squash)
