@@ -57,7 +57,8 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict:
         """The filled rows (as nested dicts of tensors) and the ring's position."""
-        data = {} if self.data is None else self.data[: self.size].to_dict()
+        # a copy: saving a view of the rows would write the whole preallocated storage
+        data = {} if self.data is None else self.data[: self.size].clone().to_dict()
         return {"data": data, "cursor": self.cursor, "size": self.size, "capacity": self.capacity}
 
     def load_state_dict(self, state: Mapping) -> None:

@@ -63,6 +63,14 @@ def test_saved_state_restores_the_same_draws_and_the_same_ring_position():
     assert len(empty) == 0
 
 
+def test_a_checkpoint_stores_the_filled_rows_not_the_capacity():
+    buffer = ReplayBuffer(100_000)
+    buffer.add(transitions(0, 3))
+    saved = io.BytesIO()
+    torch.save(buffer.state_dict(), saved)
+    assert len(saved.getvalue()) < 20_000  # the 100k preallocated rows would be megabytes
+
+
 def test_mixed_batch_takes_the_demo_ratio_from_the_demos():
     online, demos = ReplayBuffer(100), ReplayBuffer(100)
     online.add(transitions(0, 50))
