@@ -161,6 +161,11 @@ class Policy(nn.Module, ABC):
             "chunking needs a flow policy); use chunk.mode=rtc, its guidance-free cross-fade"
         )
 
+    @property
+    def can_sample_reparameterized(self) -> bool:
+        """Whether `sample_reparameterized` works (what off-policy algorithms check before they start)."""
+        return False
+
     def sample_reparameterized(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
         """Action chunks [N, C, A] in env units, drawn as a differentiable function of the actor's weights
         (the reparameterization trick), and their log-prob [N] (normalized units, summed over the chunk):

@@ -68,6 +68,11 @@ class SAC:
 
     def __init__(self, policy: nn.Module, cfg: AlgoConfig) -> None:
         self.policy, self.cfg = policy, cfg
+        if not policy.can_sample_reparameterized:
+            raise UserError(
+                f"algo.name={cfg.name} trains the actor through reparameterized samples, which this "
+                f"{policy.family} policy does not draw; use policy=gaussian_sac (a tanh-squashed Gaussian)"
+            )
         # an asymmetric critic reads policy.value_obs_keys (e.g. privileged state), else the actor's keys
         self.critic_keys = tuple(policy.cfg.value_obs_keys or policy.cfg.obs_keys)
         images = [k for k in self.critic_keys if len(policy.obs_shapes[k]) != 1]

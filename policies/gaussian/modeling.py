@@ -125,6 +125,10 @@ class GaussianPolicy(Policy):
             replay=TensorDict(replay, batch_size=sample.shape[:1]),
         )
 
+    @property
+    def can_sample_reparameterized(self) -> bool:
+        return self.squash
+
     def sample_reparameterized(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.squash:
             raise UserError(

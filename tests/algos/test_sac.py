@@ -152,6 +152,8 @@ def test_state_round_trip_restores_every_part():
 def test_refusals_name_the_fix():
     with pytest.raises(UserError, match="vector observations"):
         SAC(squashed_policy(obs_keys=("state", "rgb")), AlgoConfig(name="sac"))
-    unsquashed = SAC(squashed_policy(squash="none"), AlgoConfig(name="sac"))
+    unsquashed = squashed_policy(squash="none")
+    with pytest.raises(UserError, match="policy=gaussian_sac"):  # before any step is taken
+        SAC(unsquashed, AlgoConfig(name="sac"))
     with pytest.raises(UserError, match="squash=tanh"):
-        unsquashed.actor_step(batch())
+        unsquashed.sample_reparameterized(batch()["obs"])
