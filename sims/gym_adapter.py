@@ -124,7 +124,13 @@ class GymVecEnv(VecEnv):
 
     def render(self, env_ids: torch.Tensor | None = None) -> torch.Tensor:
         ids = range(self.num_envs) if env_ids is None else torch.as_tensor(env_ids).flatten().tolist()
-        frames = [self.envs[i].render() for i in ids]
+        try:
+            frames = [self.envs[i].render() for i in ids]
+        except gym.error.DependencyNotInstalled as error:  # e.g. classic control draws with pygame
+            raise UserError(
+                f"{self.name} cannot render here ({str(error).splitlines()[0]}); install what it names, or "
+                "record no videos (--record 0, train.videos=0, sft.videos=0)"
+            ) from None
         if any(f is None for f in frames):
             raise UserError(f"{self.name}: rendering needs the env made with render_mode='rgb_array'")
         return torch.as_tensor(np.stack(frames), dtype=torch.uint8)

@@ -1,3 +1,5 @@
+import importlib.util
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -50,3 +52,14 @@ def test_unknown_gym_id_is_a_user_error():
         make_gym(EnvConfig(suite="gym", gym_id="NoSuchEnv-v0"))
     with pytest.raises(UserError, match="env.gym_id"):
         make_gym(EnvConfig(suite="gym"))
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("pygame") is not None, reason="pygame draws classic control here"
+)
+def test_an_env_that_cannot_render_here_says_so_in_one_line():
+    env = make_gym(EnvConfig(suite="gym", gym_id="Pendulum-v1", num_envs=1))
+    env.reset()
+    with pytest.raises(UserError, match="cannot render here.*--record 0") as error:
+        env.render()
+    assert "\n" not in str(error.value)
