@@ -428,7 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="train a policy with PPO or GRPO in simulation, or off-policy with SAC (algo=sac)",
         description="On-policy RL: rollouts from seeded initial states, advantages (GAE or GRPO groups), "
         "clipped-PPO epochs; or off-policy (algo=sac: SAC with RLPD's recipe, a replay buffer saved with "
-        "each checkpoint, demos from algo.demo_dataset). Both: periodic deterministic evaluation, checkpoints every train.save_every "
+        "each checkpoint, demos from algo.demo_dataset). Both: periodic deterministic evaluation, "
+        "checkpoints every train.save_every "
         "iterations (and on Ctrl-C, SIGTERM or a crash), TensorBoard logs, metrics.jsonl, a learning curve. "
         "Start from a checkpoint with policy.init_from=DIR (it keeps its own policy settings; the run warns "
         "about each one of the experiment it does not apply), or give sft.dataset=DIR to run behaviour "
