@@ -45,6 +45,11 @@ class OffPolicyRunner(Runner):
                 f"algo.name={cfg.algo.name} learns in one process from its replay buffer; run it without "
                 "torchrun (raise algo.utd for more updates per env step)"
             )
+        if cfg.reward.model:  # never train on the simulator's reward while the user believes otherwise
+            raise UserError(
+                f"reward.model is not supported with algo.name={cfg.algo.name} yet (its runner steps the "
+                "simulator directly); use an on-policy algorithm with a learned reward, or drop reward.model"
+            )
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.seed)

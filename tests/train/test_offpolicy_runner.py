@@ -14,7 +14,7 @@ import torch
 
 from embodrl.config import compose
 from embodrl.data.lerobot_dataset import LeRobotDatasetWriter
-from embodrl.errors import ConfigError
+from embodrl.errors import ConfigError, UserError
 from embodrl.policies.loading import load_policy
 from embodrl.train.checkpointing import LAST, POLICY_DIR, load_trainer_state
 from embodrl.train.logger import read_metrics
@@ -145,3 +145,9 @@ def test_a_run_killed_with_sigkill_resumes_to_the_uninterrupted_metrics(tmp_path
     OffPolicyRunner(tiny(12), killed, resume=True).learn()
     OffPolicyRunner(tiny(12), whole).learn()
     assert comparable(killed) == comparable(whole)
+
+
+def test_a_learned_reward_it_cannot_use_is_refused_in_one_line(tmp_path):
+    with pytest.raises(UserError, match="reward.model is not supported") as error:
+        OffPolicyRunner(tiny(1, f"reward.model={tmp_path}"), tmp_path)
+    assert "\n" not in str(error.value)
