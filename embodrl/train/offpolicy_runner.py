@@ -10,7 +10,6 @@ states and the whole replay buffer, and no env state is left to restore.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from embodrl.parallel.distributed import launched_by_torchrun
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
 from embodrl.train.episodes import EpisodeResults
-from embodrl.train.evaluation import eval_metrics, evaluate_policy
+from embodrl.train.evaluation import eval_metrics
 from embodrl.train.logger import plot_learning_curve
 from embodrl.train.policy_setup import build_policy
 from embodrl.train.runner import Runner, warn_unsaved
@@ -197,24 +196,7 @@ class OffPolicyRunner(Runner):
     ) -> EpisodeResults:
         """`policy`'s evaluation episodes from initial state `first_state_id` on (every iteration starts from
         reset_to, so they may use the training env)."""
-        cfg = self.cfg
-        num_envs = cfg.train.eval_envs or cfg.env.num_envs
-        eval_env = self.env
-        if num_envs != self.env.num_envs:
-            eval_env = make_env(dataclasses.replace(cfg.env, num_envs=num_envs), device=cfg.device)
-        try:
-            return evaluate_policy(
-                policy,
-                eval_env,
-                cfg.train.eval_episodes,
-                record,
-                video_dir,
-                seed=cfg.seed,
-                first_state_id=first_state_id,
-            )
-        finally:
-            if eval_env is not self.env:
-                eval_env.close()
+        return self.play_rl_evaluation(policy, first_state_id, record, video_dir)
 
     def save(self) -> Path:
         """Write checkpoints/last: the policy, the algorithm's state and the replay buffer, at once."""

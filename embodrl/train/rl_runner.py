@@ -24,10 +24,9 @@ from embodrl.parallel.data_parallel import DataParallel
 from embodrl.parallel.distributed import from_main, init_from_env, is_main, rank, rank_seed, sum_over_ranks
 from embodrl.parallel.full_state import UnshardedCopy, load_full_optimizer_state, load_full_weights
 from embodrl.parallel.offload import PhaseOffload
-from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
 from embodrl.train.episodes import EpisodeResults
-from embodrl.train.evaluation import eval_metrics, evaluate_policy
+from embodrl.train.evaluation import eval_metrics
 from embodrl.train.learned_reward_env import LearnedRewardEnv, learned_reward_env
 from embodrl.train.logger import plot_learning_curve
 from embodrl.train.memory import estimate_policy_memory
@@ -235,30 +234,13 @@ class OnPolicyRunner(Runner):
     ) -> EpisodeResults:
         """`policy`'s evaluation episodes from initial state `first_state_id` on; the first `record` as
         videos into `video_dir`."""
-        cfg = self.cfg
-        eval_env = self.env
-        num_envs = cfg.train.eval_envs or cfg.env.num_envs
         # the async schedule's producer may be stepping self.env right now; a learned reward's env would
         # report the classifier's success: evaluations count the simulator's
-        learned = isinstance(self.env, LearnedRewardEnv)
-        if num_envs != self.env.num_envs or cfg.engine.schedule == "async" or learned:
-            eval_env = make_env(dataclasses.replace(cfg.env, num_envs=num_envs), device=cfg.device)
-        try:
-            # an async producer waits at its next decision meanwhile: the evaluation's seeded fork of
-            # torch's RNG then neither sees its draws nor makes it replay them
-            with self.schedule.paused():
-                return evaluate_policy(
-                    policy,
-                    eval_env,
-                    cfg.train.eval_episodes,
-                    record,
-                    video_dir,
-                    seed=cfg.seed,
-                    first_state_id=first_state_id,
-                )
-        finally:
-            if eval_env is not self.env:
-                eval_env.close()
+        own_env = self.cfg.engine.schedule == "async" or isinstance(self.env, LearnedRewardEnv)
+        # an async producer waits at its next decision meanwhile: the evaluation's seeded fork of torch's RNG
+        # then neither sees its draws nor makes it replay them
+        with self.schedule.paused():
+            return self.play_rl_evaluation(policy, first_state_id, record, video_dir, own_env)
 
     def save(self) -> Path | None:
         """Write checkpoints/last (rank 0); None with fsdp when no gather has followed the last iteration."""

@@ -6,6 +6,7 @@ weights and pauses), SFT steps log every few steps; what they do alike lives her
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from abc import ABC, abstractmethod
@@ -17,6 +18,7 @@ from torch import nn
 
 from embodrl.config import ExperimentConfig
 from embodrl.sims.base import VecEnv
+from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
 from embodrl.train.checkpointing import (
     LAST,
@@ -28,6 +30,7 @@ from embodrl.train.checkpointing import (
     save_checkpoint,
 )
 from embodrl.train.episodes import EpisodeResults
+from embodrl.train.evaluation import evaluate_policy
 from embodrl.train.logger import MetricsLogger, wandb_target
 
 FINAL_EVAL_FILE = "final_eval.json"  # written when a run finishes
@@ -61,6 +64,36 @@ class Runner(ABC):
     @abstractmethod
     def play_from(self, policy: nn.Module, first_state_id: int = 0) -> EpisodeResults:
         """`policy`'s evaluation episodes from initial state `first_state_id` on."""
+
+    def play_rl_evaluation(
+        self,
+        policy: nn.Module,
+        first_state_id: int,
+        record: int,
+        video_dir: Path | None,
+        own_env: bool = False,
+    ) -> EpisodeResults:
+        """An RL run's evaluation episodes (train.eval_episodes from `first_state_id`, the first `record` as
+        videos into `video_dir`): in the training env, or in a fresh env of the simulator when
+        train.eval_envs asks another size or `own_env` (the training env is busy or not the simulator's)."""
+        cfg = self.cfg
+        num_envs = cfg.train.eval_envs or cfg.env.num_envs
+        eval_env = self.env
+        if own_env or num_envs != self.env.num_envs:
+            eval_env = make_env(dataclasses.replace(cfg.env, num_envs=num_envs), device=cfg.device)
+        try:
+            return evaluate_policy(
+                policy,
+                eval_env,
+                cfg.train.eval_episodes,
+                record,
+                video_dir,
+                seed=cfg.seed,
+                first_state_id=first_state_id,
+            )
+        finally:
+            if eval_env is not self.env:
+                eval_env.close()
 
     def open_logger(self, kind: str, total: int, start: int) -> MetricsLogger:
         """The run's metrics logger (metrics.jsonl, TensorBoard, wandb) for a `kind` run ("rl", "sft") that
