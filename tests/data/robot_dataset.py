@@ -13,7 +13,7 @@ import numpy as np
 
 from embodrl.data.lerobot_writer import LeRobotDatasetWriter
 
-JOINTS = (
+SO100_MOTORS = (  # LeRobot's SO-100 motor names
     "shoulder_pan.pos",
     "shoulder_lift.pos",
     "elbow_flex.pos",
@@ -26,7 +26,7 @@ SIZE = 32
 
 
 def write_robot_dataset(root: Path, episodes: int = 6, length: int = 12, seed: int = 0) -> Path:
-    names = list(JOINTS)
+    names = list(SO100_MOTORS)
     image = {"dtype": "video", "shape": [SIZE, SIZE, 3], "names": ["height", "width", "channels"]}
     features = {
         "observation.state": {"dtype": "float32", "shape": [6], "names": names},

@@ -9,16 +9,9 @@ import numpy as np
 import pytest
 
 from embodrl.data.lerobot_dataset import LeRobotDataset
+from tests.data.robot_dataset import SO100_MOTORS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "lerobot"
-SO100_MOTORS = [
-    "shoulder_pan.pos",
-    "shoulder_lift.pos",
-    "elbow_flex.pos",
-    "wrist_flex.pos",
-    "wrist_roll.pos",
-    "gripper.pos",
-]
 BACKGROUND = np.array([96, 96, 128])  # the fixtures' background colour
 # (name, fps, episodes, frames per episode, state dim, action dim, cameras {key: (H, W)}, tasks)
 DATASETS = {
@@ -68,8 +61,8 @@ def test_features_episodes_and_tasks(dataset):
     assert ds.column("observation.state").dtype == np.float32
     if video:
         assert ds.info["robot_type"] == "so100_follower"
-        assert ds.features["observation.state"]["names"] == SO100_MOTORS
-        assert ds.features["action"]["names"] == SO100_MOTORS
+        assert ds.features["observation.state"]["names"] == list(SO100_MOTORS)
+        assert ds.features["action"]["names"] == list(SO100_MOTORS)
         assert ds.features["observation.images.front"]["info"]["video.codec"] == "av1"
     # LeRobot's statistics, quantiles included, per feature
     for key, dim in (("observation.state", state_dim), ("action", action_dim)):
