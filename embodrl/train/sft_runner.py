@@ -91,7 +91,7 @@ class SFTRunner(Runner):
             torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.seed)
         dataset = LeRobotDataset(sft.dataset)
-        self.val_frames: np.ndarray | None = None  # env=none: frames of the held-out episodes
+        self.val_frames: list[int] = []  # env=none: frames of the held-out episodes
         if cfg.env.suite == NO_SIMULATOR:
             self.env = None
             cfg = self.cfg = critic_without_simulator(cfg)
@@ -101,7 +101,7 @@ class SFTRunner(Runner):
             held_out = held_out_episodes(dataset.num_episodes, sft.val_episodes)
             kept = dataset.num_episodes - len(held_out)
             frames = first_episodes_frames(dataset, min(sft.max_episodes or kept, kept))
-            self.val_frames = episodes_frames(dataset, held_out)
+            self.val_frames = episodes_frames(dataset, held_out).tolist()
             print(
                 f"no simulator: {len(inputs.features)} inputs from {sft.dataset} "
                 f"({', '.join(f'{k} <- {v}' for k, v in inputs.features.items())}), {inputs.action_dim}-D "
@@ -235,10 +235,11 @@ class SFTRunner(Runner):
         (nothing when none are held out)."""
         if self.env is not None:
             return eval_metrics(self.play_from(self.policy))
-        if not len(self.val_frames):
+        if not self.val_frames:
             return {}
-        frames = self.val_frames.tolist()
-        return validation_metrics(self.policy, self.chunks, frames, self.cfg.sft.batch_size, self.cfg.device)
+        return validation_metrics(
+            self.policy, self.chunks, self.val_frames, self.cfg.sft.batch_size, self.cfg.device
+        )
 
     def play_from(self, policy: nn.Module, first_state_id: int = 0) -> EpisodeResults:
         """`policy`'s evaluation episodes from initial state `first_state_id` on, in the run's env."""

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset
 
 from embodrl.data.chunk_dataset import ActionChunkDataset
 from embodrl.errors import UserError
@@ -35,11 +33,9 @@ def held_out_episodes(num_episodes: int, val_episodes: int) -> list[int]:
 
 @torch.no_grad()
 def validation_metrics(
-    policy: nn.Module, samples: Dataset, frames: Sequence[int], batch_size: int, device: str
+    policy: nn.Module, samples: ActionChunkDataset, frames: Sequence[int], batch_size: int, device: str
 ) -> dict[str, float]:
-    """{"val/loss", "val/action_mae"} of `policy` on `samples[frames]` (an ActionChunkDataset)."""
-    if not isinstance(samples, ActionChunkDataset):
-        raise TypeError("validation reads an ActionChunkDataset")
+    """{"val/loss", "val/action_mae"} of `policy` on `samples[frames]`."""
     was_training = policy.training
     loss_sum, error_sum, error_count = 0.0, 0.0, 0
     with torch.random.fork_rng(devices=[]):
@@ -54,6 +50,6 @@ def validation_metrics(
             valid = ~batch["action_is_pad"]  # [B, C]
             error = (actions.float() - batch["action"].float()).abs()[valid]
             error_sum += float(error.sum())
-            error_count += int(np.prod(error.shape))
+            error_count += error.numel()
     policy.train(was_training)
     return {"val/loss": loss_sum / max(len(frames), 1), "val/action_mae": error_sum / max(error_count, 1)}
