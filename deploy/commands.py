@@ -64,12 +64,10 @@ def speak_like_the_policy(
     """`cfg` with the request keys the policy expects (a server's, as its metadata says; else those of the
     dataset a local checkpoint was trained on) and, where robot.camera / wrist_camera are unset, the robot
     cameras that dataset was recorded with (observation.images.front -> camera front)."""
-    keys = cfg.keys
-    if keys == ObservationKeys():
-        if server_keys:
-            keys = ObservationKeys(**{**server_keys, "state": tuple(server_keys["state"])})
-        else:
-            keys = request_keys(keys, dataset_features)
+    if server_keys and cfg.keys == ObservationKeys():
+        keys = ObservationKeys(**{**server_keys, "state": tuple(server_keys["state"])})
+    else:
+        keys = request_keys(cfg.keys, dataset_features)
     robot = cfg.robot
     for obs_key, setting in (("rgb", "camera"), ("wrist_rgb", "wrist_camera")):
         if obs_key in dataset_features and not getattr(robot, setting):
@@ -158,11 +156,4 @@ def _run_episodes(cfg: DeployConfig, robot: Robot, intervention: Intervention | 
     finally:
         if release is not None:
             release()
-    errors = getattr(robot, "action_errors", None)
-    if errors:  # a replayed recording: how far the policy's actions are from the recorded ones
-        logger.info(
-            "mean |action - recorded action| over %d steps: %.4f",
-            len(errors),
-            float(sum(errors) / len(errors)),
-        )
     return results

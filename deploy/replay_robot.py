@@ -10,6 +10,7 @@ that was recorded at that step.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from embodrl.deploy.robot import MotorsAndCameras
 from embodrl.errors import UserError
 
 STATE_FEATURE = LEROBOT_KEYS["state"]
+logger = logging.getLogger(__name__)
 
 
 def feature_names(feature: dict, prefix: str) -> list[str]:
@@ -92,4 +94,10 @@ class ReplayRobot(MotorsAndCameras):
         return dict(zip(self.action_names, map(float, sent), strict=True))
 
     def disconnect(self) -> None:
+        if self.action_errors:  # what a dry run measures: how far the policy is from the recorded actions
+            logger.info(
+                "mean |action - recorded action| over %d steps: %.4f",
+                len(self.action_errors),
+                sum(self.action_errors) / len(self.action_errors),
+            )
         self.is_connected = False
