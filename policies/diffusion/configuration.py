@@ -6,6 +6,7 @@ from embodrl.choices import check_choice, check_positive
 from embodrl.errors import ConfigError
 
 CONDITIONINGS = ("mlp", "vla")
+PREFIX_READOUTS = ("pool", "attention")
 SCHEDULERS = ("ddpm", "ddim")
 BETA_SCHEDULES = ("squaredcos_cap_v2", "linear", "scaled_linear")
 CHAIN_REDUCTIONS = ("mean", "sum")
@@ -19,6 +20,11 @@ class DiffusionConfig:
     # "mlp": observation features from the shared ObsEncoder (state MLP / CNN); "vla": the pooled prefix
     # of the VLA backbone (images + instruction + state; policy.vla picks the preset).
     conditioning: str = "mlp"
+    # How the denoiser reads the VLA prefix (conditioning=vla): "pool" its mean and last position; "attention"
+    # adds `readout_queries` learned queries attending over every prefix token, so image cells stay apart.
+    prefix_readout: str = "pool"
+    readout_queries: int = 4
+    readout_heads: int = 4
     hidden_dims: tuple[int, ...] = (256, 256, 256)  # epsilon MLP on [features, x_t, time features]
     num_time_frequencies: int = 6
     scheduler: str = "ddpm"
@@ -36,6 +42,7 @@ class DiffusionConfig:
 
     def __post_init__(self) -> None:
         check_choice("policy.diffusion.conditioning", self.conditioning, CONDITIONINGS)
+        check_choice("policy.diffusion.prefix_readout", self.prefix_readout, PREFIX_READOUTS)
         check_choice("policy.diffusion.scheduler", self.scheduler, SCHEDULERS)
         check_choice("policy.diffusion.beta_schedule", self.beta_schedule, BETA_SCHEDULES)
         check_choice("policy.diffusion.chain_reduction", self.chain_reduction, CHAIN_REDUCTIONS)
@@ -44,6 +51,8 @@ class DiffusionConfig:
             "num_inference_steps",
             "ft_denoising_steps",
             "num_time_frequencies",
+            "readout_queries",
+            "readout_heads",
         ):
             check_positive(f"policy.diffusion.{key}", getattr(self, key))
         for key in ("ddim_eta", "min_sampling_std", "min_logprob_std", "noise_clip"):

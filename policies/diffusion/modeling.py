@@ -1,5 +1,5 @@
 """Diffusion policy: an epsilon-prediction MLP over the normalized action chunk, conditioned on observation
-features (the shared ObsEncoder, or the VLA backbone's pooled prefix), sampled with a diffusers schedule.
+features (the shared ObsEncoder, or a readout of the VLA backbone's prefix), sampled with a diffusers schedule.
 RL sees the last K' denoising steps as a Gaussian MDP (DPPO, see dppo.py); replay stores their chain.
 """
 
@@ -18,13 +18,13 @@ from embodrl.policies.modules.mlp import mlp
 from embodrl.policies.modules.obs_encoder import ObsEncoder
 from embodrl.policies.modules.sft import check_action_batch, masked_mean
 from embodrl.policies.modules.time_features import time_features
-from embodrl.policies.vla.modeling import pool
 from embodrl.policies.vla.prefix import (
     VLAPolicy,
     VLAPrefixEncoder,
     check_replay,
     require_bounded_actions,
 )
+from embodrl.policies.vla.readout import PrefixReadout
 
 
 class DiffusionPolicy(VLAPolicy):
@@ -40,9 +40,16 @@ class DiffusionPolicy(VLAPolicy):
         dcfg = cfg.diffusion
         if dcfg.conditioning == "vla":
             self.prefix_encoder, self.encoder = VLAPrefixEncoder(cfg, self.obs_shapes, self.normalizers), None
-            feature_dim = 2 * self.prefix_encoder.hidden_size
+            self.readout = PrefixReadout(
+                dcfg.prefix_readout,
+                self.prefix_encoder.hidden_size,
+                dcfg.readout_queries,
+                dcfg.readout_heads,
+                max_positions=cfg.vla_architecture.language.max_positions,
+            )
+            feature_dim = self.readout.out_dim
         else:
-            self.prefix_encoder = None
+            self.prefix_encoder, self.readout = None, None
             self.encoder = ObsEncoder(cfg, cfg.obs_keys, self.obs_shapes, self.normalizers)
             feature_dim = self.encoder.out_dim
         self.value_encoder = self._make_value_encoder()
@@ -62,9 +69,13 @@ class DiffusionPolicy(VLAPolicy):
         (SFT); `image_features`: a frozen CNN's outputs stored by `act` (MLP conditioning only)."""
         if self.encoder is not None:
             return self.encoder(obs, augment=augment, image_features=image_features)
+        return self.readout(*self.prefix_states(obs, augment))
+
+    def prefix_states(self, obs: TensorDict, augment: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The backbone's last hidden states [N, P, H] over the prefix, and its real-token mask [N, P]."""
         prefix = self.prefix_encoder(obs, augment)
         hidden = self.prefix_encoder.backbone(prefix.embeds, prefix.mask.long()).last_hidden_state
-        return pool(hidden, prefix.mask)
+        return hidden, prefix.mask
 
     def _eps_model(self, features: torch.Tensor):
         """eps(x_t [M, C, A], t [M]) for M = a multiple of N, rows env-major (features repeated to match)."""
@@ -79,14 +90,18 @@ class DiffusionPolicy(VLAPolicy):
 
     @property
     def caches_prefix(self) -> bool:
-        """policy.cache_frozen_prefix on a frozen VLA prefix: its pooled features go to replay, so the update
-        runs the denoiser alone instead of the towers and the language model again."""
+        """policy.cache_frozen_prefix on a frozen VLA prefix: its hidden states go to replay, so the update
+        runs the readout and the denoiser alone instead of the towers and the language model again."""
         return self.cfg.cache_frozen_prefix and self.prefix_encoder is not None and self.prefix_encoder.frozen
 
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
         image_features = self.encoder.frozen_image_features(obs) if self.encoder is not None else None
-        features = self.features(obs, image_features=image_features)
+        if self.caches_prefix:
+            hidden, mask = self.prefix_states(obs)
+            features = self.readout(hidden, mask)
+        else:
+            features = self.features(obs, image_features=image_features)
         eps = self._eps_model(features)
         n = features.shape[0]
         chain = self.mdp.sample(
@@ -98,7 +113,7 @@ class DiffusionPolicy(VLAPolicy):
         if image_features is not None:  # frozen CNNs: the update reads their features from here
             replay["image_features"] = image_features
         if self.caches_prefix:
-            replay["prefix_features"] = features
+            replay.update(prefix_hidden=hidden, prefix_mask=mask)
         return ActOut(
             actions=self.normalizers["action"].unnormalize(action_norm),
             logprob=reduce_logprob(logprob, self.cfg.logprob_type),
@@ -108,8 +123,9 @@ class DiffusionPolicy(VLAPolicy):
 
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
         check_replay(replay, ("chain",), self.family)
-        features = replay.get("prefix_features", None)
-        if features is None:
+        if "prefix_hidden" in replay.keys():
+            features = self.readout(replay["prefix_hidden"], replay["prefix_mask"])
+        else:
             features = self.features(obs, image_features=replay.get("image_features", None))
         logprob, entropy = self.mdp.chain_logprob(self._eps_model(features), replay["chain"])
         return EvalOut(

@@ -110,19 +110,42 @@ def test_bad_config_and_replay_are_errors():
         policy.evaluate(make_obs(), policy.act(make_obs()).replay.exclude("chain"))
 
 
-def test_a_frozen_vla_prefix_is_cached_for_the_update_and_gives_the_same_logprobs():
+@pytest.mark.parametrize("readout", ["pool", "attention"])
+def test_a_frozen_vla_prefix_is_cached_for_the_update_and_gives_the_same_logprobs(readout):
     # the camera and instruction only: a state token's projection trains with the head, so a prefix that
     # reads the state is not frozen
-    vla = {"obs_keys": ("rgb",), "diffusion": {"conditioning": "vla"}}
+    vla = {"obs_keys": ("rgb",), "diffusion": {"conditioning": "vla", "prefix_readout": readout}}
     policy = build("diffusion", **vla, train_expert_only=True, cache_frozen_prefix=True)
     prepare_finetuning(policy, policy.cfg)
     obs = make_obs()
     out = policy.act(obs)
-    assert out.replay["prefix_features"].shape == (N, 2 * policy.prefix_encoder.hidden_size)
+    assert out.replay["prefix_hidden"].shape[::2] == (N, policy.prefix_encoder.hidden_size)
     cached = policy.evaluate(obs, out.replay)
-    recomputed = policy.evaluate(obs, out.replay.exclude("prefix_features"))
+    recomputed = policy.evaluate(obs, out.replay.exclude("prefix_hidden", "prefix_mask"))
     torch.testing.assert_close(cached.logprob, recomputed.logprob)
-    cached.logprob.sum().backward()  # the denoiser trains from the cache alone
-    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.denoiser.parameters())
+    cached.logprob.sum().backward()  # the denoiser (and an attention readout) train from the cache alone
+    trained_parts = [policy.denoiser] + ([policy.readout] if readout == "attention" else [])
+    for part in trained_parts:
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in part.parameters())
     trained = build("diffusion", **vla, cache_frozen_prefix=True)
-    assert "prefix_features" not in trained.act(obs).replay.keys()  # a prefix that trains runs again
+    assert "prefix_hidden" not in trained.act(obs).replay.keys()  # a prefix that trains runs again
+
+
+def test_the_attention_readout_tells_apart_prefixes_that_pool_alike():
+    # the first two positions swapped: the mean and the last position agree, only where things are differs
+    from embodrl.policies.vla.readout import PrefixReadout
+
+    torch.manual_seed(0)
+    hidden = torch.randn(1, 5, 8)
+    swapped = hidden[:, [1, 0, 2, 3, 4]]
+    mask = torch.ones(1, 5, dtype=torch.bool)
+    pool_readout, attention = PrefixReadout("pool", 8), PrefixReadout("attention", 8, 2, 2, max_positions=16)
+    torch.testing.assert_close(pool_readout(hidden, mask), pool_readout(swapped, mask))
+    assert attention(hidden, mask).shape == (1, attention.out_dim) == (1, 2 * 8 + 2 * 8)
+    assert not torch.allclose(attention(hidden, mask), attention(swapped, mask))
+    # a padded position is never read: its content does not matter
+    masked = mask.clone()
+    masked[0, 4] = False
+    changed = hidden.clone()
+    changed[0, 4] = 100.0
+    torch.testing.assert_close(attention(hidden, masked)[:, 16:], attention(changed, masked)[:, 16:])
