@@ -1,6 +1,7 @@
 """Diffusion policy: an epsilon-prediction MLP over the normalized action chunk, conditioned on observation
-features (the shared ObsEncoder, or a readout of the VLA backbone's prefix), sampled with a diffusers schedule.
-RL sees the last K' denoising steps as a Gaussian MDP (DPPO, see dppo.py); replay stores their chain.
+features (the shared ObsEncoder, or a readout of the VLA backbone's prefix), sampled with a diffusers
+schedule. RL sees the last K' denoising steps as a Gaussian MDP (DPPO, see dppo.py); replay stores
+their chain.
 """
 
 from __future__ import annotations
