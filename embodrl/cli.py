@@ -580,9 +580,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="robustness evaluation: the same --episodes nominal and under each perturbation level, paired "
         "by initial state; prints success with a 95%% interval and the drop against nominal per axis and "
         "level, writes robustness.json and robustness.png. AXIS: all, camera, lighting, color, size, "
-        "distractors, spawn, instruction, conflict, proprio_noise, latency, mass, friction, gains "
-        "(docs/evaluation.md); LEVELS: 1,2,3 (default: all). Draws follow env.randomize.seed. Give "
-        "key=value overrides before it",
+        "distractors, spawn, instruction, conflict, proprio_noise, object_noise, action_noise, latency, "
+        "mass, friction, gains (docs/configuration.md); LEVELS: 1,2,3 (default: all). Draws follow "
+        "env.randomize.seed. Give key=value overrides before it",
     )
     p.add_argument(
         "--out",

@@ -21,7 +21,7 @@ class Axis:
 
     unit: str
     levels: tuple[int, ...] = (1, 2, 3)
-    # "rgb": images; "distractors": a suite with distractors; "language": a policy that reads the text
+    # "rgb": images; "language": a policy that reads the text
     needs: str = ""
 
 
@@ -30,9 +30,7 @@ AXES: dict[str, Axis] = {
     "lighting": Axis("light intensity x/÷ 1.35 and its direction tilted 15 degrees", needs="rgb"),
     "color": Axis("each object colour's hue turned 12 degrees and brightness +-10%", needs="rgb"),
     "size": Axis("cubes scaled by 1 +- 0.06"),
-    "distractors": Axis(
-        "two more objects in colours and kinds the instruction does not name", needs="distractors"
-    ),
+    "distractors": Axis("two more objects in colours and kinds the instruction does not name"),
     "spawn": Axis("object and hand start regions widened by 20% about their centres"),
     "instruction": Axis("1: synonyms, 2: unseen templates, 3: both with filler words", needs="language"),
     "conflict": Axis(
@@ -41,6 +39,10 @@ AXES: dict[str, Axis] = {
         needs="language",
     ),
     "proprio_noise": Axis("Gaussian noise of std 0.005 (m, rad) on every `state` entry, every step"),
+    "object_noise": Axis(
+        "Gaussian noise of std 0.005 m on each observed object position (`privileged`), every step"
+    ),
+    "action_noise": Axis("Gaussian noise of std 0.1 (of the [-1, 1] range) on every executed action entry"),
     "latency": Axis("actions executed one control step (0.05 s) later"),
     "mass": Axis("cube mass and inertia x/÷ 1.6"),
     "friction": Axis("every geom's sliding friction x/÷ 1.3"),
@@ -67,6 +69,8 @@ class RandomizeConfig:
     instruction: float = 0.0
     conflict: float = 0.0
     proprio_noise: float = 0.0
+    object_noise: float = 0.0
+    action_noise: float = 0.0
     latency: float = 0.0
     mass: float = 0.0
     friction: float = 0.0
@@ -110,16 +114,9 @@ def check_randomize(randomize: RandomizeConfig, suite: str, obs_mode: str, physi
         raise ConfigError(
             f"env.randomize.{next(iter(active))}: perturbations apply to the tabletop suites, not {suite}"
         )
-    from embodrl.sims.tabletop.tasks import SUITES  # import-light: no mujoco
-
     for axis in active:
-        needs = AXES[axis].needs
-        if needs == "rgb" and obs_mode != "rgb":
+        if AXES[axis].needs == "rgb" and obs_mode != "rgb":
             raise ConfigError(f"perturbation axis {axis} changes images: it needs env.obs_mode=rgb")
-        if needs == "distractors" and not SUITES[suite].distractors:
-            raise ConfigError(
-                f"perturbation axis {axis} varies a suite's distractors; {suite} has none (use tabletop-lang)"
-            )
     if physics_backend != "mujoco" and set(active) & MODEL_AXES:
         raise ConfigError(
             f"perturbation axes {', '.join(sorted(set(active) & MODEL_AXES))} edit each env's MjModel: "

@@ -83,8 +83,9 @@ class TabletopEnv(VecEnv):
     [N, C, 8]: arm joint targets scaled to the joint ranges, then the gripper; with
     control_mode=ee_delta_yaw, [N, C, 5]: delta xyz, delta yaw, gripper (roll and pitch held); with
     control_mode=ee_delta_pos, [N, C, 4]: delta xyz, gripper (the hand keeps pointing down, yaw 0).
-    With distractors (tabletop-lang), the episode flag `wrong_object`: at some control step a cube the
-    instruction does not name moved MOVED_CUBE from its start, or such a button was pressed.
+    With distractors (tabletop-lang, or env.randomize.distractors), the episode flag `wrong_object`: at
+    some control step a cube the instruction does not name moved MOVED_CUBE from its start, or such a
+    button was pressed.
     Rewards per executed action: sparse gives 1 where the task is done; dense gives the change in
     task progress plus 1 where done (rewards.py). Observation `state` [N, 17]: ee position, ee
     rotation (first two columns), finger gap / max, arm joints; `privileged` [N, 22]: instructed
@@ -357,23 +358,26 @@ class TabletopEnv(VecEnv):
         frame = self._frame()
         gap = frame.gripper_gap[:, None] / (2 * FINGER_OPEN)
         state = np.concatenate([ee_pos, ee_rot[:, :, :2].reshape(-1, 6), gap, p.qpos[:, idx.arm_qpos]], -1)
+        state, main, goal = state[ids], frame.main[ids], frame.goal[ids]
+        if self._perturb:
+            episodes, steps = self._state_id[ids], self._steps[ids]
+            state = self._perturb.noisy_state(state, episodes, steps)
+            same = self._goal_slot[ids] == self._main_slot[ids]
+            main, goal = self._perturb.noisy_objects(main, goal, same, episodes, steps)
         privileged = np.concatenate(
             [
-                frame.main,
-                frame.main_quat,
-                frame.goal,
-                frame.main - ee_pos,
-                frame.goal - frame.main,
-                np.eye(len(TASK_NAMES))[self._task],
+                main,
+                frame.main_quat[ids],
+                goal,
+                main - ee_pos[ids],
+                goal - main,
+                np.eye(len(TASK_NAMES))[self._task[ids]],
             ],
             -1,
         )
-        state = state[ids]
-        if self._perturb:
-            state = self._perturb.noisy_state(state, self._state_id[ids], self._steps[ids])
         out = {
             "state": torch.from_numpy(state.astype(np.float32)),
-            "privileged": torch.from_numpy(privileged[ids].astype(np.float32)),
+            "privileged": torch.from_numpy(privileged.astype(np.float32)),
             "task_id": torch.from_numpy(self._shown[ids].copy()),
         }
         start = time.perf_counter()
@@ -413,7 +417,10 @@ class TabletopEnv(VecEnv):
         executed = np.zeros(n, dtype=np.int64)
         finals: list[tuple[torch.Tensor, TensorDict]] = []  # last observations of episodes ended mid-chunk
         for c in range(chunk):
-            self._apply(actions[:, c] if self._delay is None else self._delay(actions[:, c]))
+            action = actions[:, c] if self._delay is None else self._delay(actions[:, c])
+            if self._perturb:
+                action = self._perturb.noisy_action(action, self._state_id, self._steps)
+            self._apply(action)
             self.physics.step(SUBSTEPS)
             running = ~done
             self._steps[running] += 1

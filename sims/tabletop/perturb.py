@@ -33,6 +33,8 @@ _SALT = 0x9E27B  # separates perturbation streams from layouts and auto-reset dr
 SPAWN_WIDENING = 0.2  # of the start regions, per unit of severity
 DISTRACTORS_PER_UNIT = 2
 PROPRIO_STD = 0.005  # per unit of severity
+OBJECT_STD = 0.005  # m per unit of severity
+ACTION_STD = 0.1  # of the action range [-1, 1], per unit of severity
 
 
 def level_of(severity: float) -> int:
@@ -130,20 +132,40 @@ class Perturbations:
         return instruction + len(self._table) * level_of(self.severity(self.text_axis, state_id))
 
     # ---- observations and actions ------------------------------------------------------------------
-    def noisy_state(self, state: np.ndarray, state_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        """`state` [n, D] with proprioceptive noise: a function of the episode and its step alone, so an
-        observation read twice (a reset of other envs) is the same."""
-        if "proprio_noise" not in self.axes:
-            return state
-        noise = np.stack(
+    def _step_noise(
+        self, axis: str, std: float, shape: tuple[int, ...], state_ids: np.ndarray, steps: np.ndarray
+    ) -> np.ndarray:
+        """[n, *shape] Gaussian noise of `std` per unit of the axis's severity: a function of the episode
+        and its step alone, so an observation read twice (a reset of other envs) is the same."""
+        return np.stack(
             [
-                self.rng("proprio_noise", int(s), int(t)).normal(size=state.shape[1])
-                * PROPRIO_STD
-                * self.severity("proprio_noise", int(s))
+                self.rng(axis, int(s), int(t)).normal(size=shape) * std * self.severity(axis, int(s))
                 for s, t in zip(state_ids, steps, strict=True)
             ]
         )
-        return state + noise
+
+    def noisy_state(self, state: np.ndarray, state_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """`state` [n, D] with proprioceptive noise."""
+        if "proprio_noise" not in self.axes:
+            return state
+        return state + self._step_noise("proprio_noise", PROPRIO_STD, state.shape[1:], state_ids, steps)
+
+    def noisy_objects(
+        self, main: np.ndarray, goal: np.ndarray, same: np.ndarray, state_ids: np.ndarray, steps: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The observed positions [n, 3] of the instructed object and the goal with estimation noise; where
+        `same` ([n] bool: the task has no goal object), the goal is the object and reads its noise."""
+        if "object_noise" not in self.axes:
+            return main, goal
+        noise = self._step_noise("object_noise", OBJECT_STD, (2, 3), state_ids, steps)
+        return main + noise[:, 0], goal + np.where(same[:, None], noise[:, 0], noise[:, 1])
+
+    def noisy_action(self, action: np.ndarray, state_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """The executed actions [n, A] with actuation noise, clipped to the action range."""
+        if "action_noise" not in self.axes:
+            return action
+        noise = self._step_noise("action_noise", ACTION_STD, action.shape[1:], state_ids, steps)
+        return np.clip(action + noise, -1.0, 1.0).astype(action.dtype)
 
     def delay_steps(self, state_id: int) -> int:
         return level_of(self.severity("latency", state_id)) if "latency" in self.axes else 0

@@ -22,7 +22,6 @@ def test_every_axis_is_a_config_field_in_table_order():
     ("overrides", "message"),
     [
         (["env.randomize.camera=1"], "camera changes images: it needs env.obs_mode=rgb"),
-        (["env.randomize.distractors=1"], "tabletop-basic has none"),
         (["env.suite=gym", "env.randomize.mass=1"], "tabletop suites, not gym"),
         (["env.physics_backend=warp", "env.randomize.friction=1"], "need env.physics_backend=mujoco"),
         (["env.randomize.friction=9"], "env.randomize.friction=9.0 must be in [0, 5.0]"),
@@ -34,5 +33,8 @@ def test_an_axis_the_env_cannot_apply_is_a_one_line_error(overrides, message):
         compose(None, overrides)
 
 
-def test_rgb_and_distractor_axes_apply_where_the_env_has_them():
+def test_rgb_axes_apply_with_images_and_distractors_on_either_suite():
     EnvConfig(suite="tabletop-lang", obs_mode="rgb", randomize=RandomizeConfig(camera=1, distractors=2))
+    compose(
+        None, ["env.randomize.distractors=1", "env.randomize.object_noise=2", "env.randomize.action_noise=2"]
+    )

@@ -10,7 +10,7 @@ from embodrl.sims.perturbation import RandomizeConfig, exact
 from embodrl.sims.registry import make_env
 from embodrl.sims.tabletop import physics
 from embodrl.sims.tabletop.layout import OBJECT_HIGH, OBJECT_LOW
-from embodrl.sims.tabletop.perturb import PROPRIO_STD, SPAWN_WIDENING
+from embodrl.sims.tabletop.perturb import ACTION_STD, OBJECT_STD, PROPRIO_STD, SPAWN_WIDENING
 from embodrl.sims.tabletop.scene import PARK_X
 from embodrl.sims.tabletop.tasks import COLOR_NAMES
 
@@ -91,6 +91,18 @@ def test_distractors_add_objects_and_keep_the_nominal_ones_in_place():
     assert env.episode_flag_names == ("wrong_object",)
 
 
+def test_distractors_apply_to_tabletop_basic_beside_the_instructed_cube():
+    nominal, seen = _start(suite="tabletop-basic")
+    env, obs = _start(exact("distractors", 1), suite="tabletop-basic")
+    before, after = _placed(nominal), _placed(env)
+    assert (before.sum(1) == 1).all() and (after.sum(1) == 3).all() and (after >= before).all()
+    assert torch.equal(obs["privileged"], seen["privileged"])  # the instructed cube keeps its place
+    again = _start(exact("distractors", 1), suite="tabletop-basic")[0]
+    assert np.array_equal(again._object_positions(), env._object_positions())
+    level_0 = _start(exact("distractors", 0), suite="tabletop-basic")[0]
+    assert np.array_equal(level_0._object_positions(), nominal._object_positions())
+
+
 def test_spawn_widens_the_start_region_about_its_centre():
     nominal, _ = _start()
     env, _ = _start(exact("spawn", 2))
@@ -131,6 +143,49 @@ def test_proprio_noise_perturbs_the_state_alone_and_reads_the_same_twice():
     again = env.reset_to(torch.tensor([7]), torch.tensor([1]))  # env 0 is observed again, unchanged
     assert torch.equal(again["state"][0], obs["state"][0])
     assert not torch.equal(env.step(torch.zeros(2, 1, 7)).obs["state"], obs["state"])
+
+
+# privileged: main position 0:3, quaternion 3:7, goal 7:10, main - ee 10:13, goal - main 13:16
+def test_object_noise_moves_the_observed_object_consistently_and_nothing_else():
+    nominal, seen = _start()
+    env, obs = _start(exact("object_noise", 2))
+    error = (obs["privileged"] - seen["privileged"]).numpy()
+    assert 0.5 * 2 * OBJECT_STD < error[:, 0:3].std() < 2 * 2 * OBJECT_STD
+    assert np.allclose(error[:, 10:13], error[:, 0:3], atol=1e-6)  # main - ee reads the same estimate
+    assert np.allclose(error[:, 7:10], error[:, 0:3], atol=1e-6)  # pick: the goal is the cube itself
+    assert np.allclose(error[:, 13:], 0, atol=1e-6) and np.allclose(error[:, 3:7], 0)
+    assert torch.equal(obs["state"], seen["state"]) and np.array_equal(env.physics.qpos, nominal.physics.qpos)
+    level_1 = _start(exact("object_noise", 1))[1]["privileged"] - seen["privileged"]
+    assert np.allclose(error[:, 0:3], 2 * level_1[:, 0:3].numpy(), atol=1e-6)  # a level scales the draw
+    assert torch.equal(_start(exact("object_noise", 0))[1]["privileged"], seen["privileged"])
+    again = env.reset_to(torch.tensor([7]), torch.tensor([1]))
+    assert torch.equal(again["privileged"][0], obs["privileged"][0])
+
+
+def test_object_noise_gives_a_goal_object_its_own_error():
+    tasks = {"task": "stack"}
+    _, seen = _start(**tasks)
+    _, obs = _start(exact("object_noise", 2), **tasks)
+    error = (obs["privileged"] - seen["privileged"]).numpy()
+    assert not np.allclose(error[:, 7:10], error[:, 0:3], atol=1e-4)
+    assert np.allclose(error[:, 13:16], error[:, 7:10] - error[:, 0:3], atol=1e-6)
+
+
+def test_action_noise_perturbs_the_executed_actions_deterministically():
+    env, _ = _start(exact("action_noise", 2))
+    still = np.zeros((2, 7))
+    noisy = env._perturb.noisy_action(still, np.array([0, 7]), np.array([0, 0]))
+    assert np.array_equal(noisy, env._perturb.noisy_action(still, np.array([0, 7]), np.array([0, 0])))
+    assert 0.5 * 2 * ACTION_STD < noisy.std() < 2 * 2 * ACTION_STD
+    assert not np.array_equal(noisy, env._perturb.noisy_action(still, np.array([0, 7]), np.array([1, 1])))
+    assert np.abs(env._perturb.noisy_action(np.ones((2, 7)), np.array([0, 7]), np.array([0, 0]))).max() <= 1
+    hold = torch.zeros(2, 3, 7)
+    hold[..., -1] = -1
+    runs = [_start(randomize)[0] for randomize in (None, exact("action_noise", 2), exact("action_noise", 2))]
+    for run in runs:
+        run.step(hold)
+    assert not np.allclose(runs[1].physics.qpos, runs[0].physics.qpos)
+    assert np.array_equal(runs[1].physics.qpos, runs[2].physics.qpos)
 
 
 def test_latency_executes_each_action_k_steps_later():

@@ -90,8 +90,11 @@ def test_an_axis_named_that_cannot_run_fails_before_any_episode_and_all_leaves_i
     assert [row["axis"] for row in report["rows"]] == [
         "nominal",
         "size",
+        "distractors",
         "spawn",
         "proprio_noise",
+        "object_noise",
+        "action_noise",
         "latency",
         "mass",
         "friction",
