@@ -71,6 +71,19 @@ def client(connection: ServerConnection) -> str:
     return f"{address[0]}:{address[1]}" if address else "unknown client"
 
 
+def health_or_refusal(connection: ServerConnection, request: Request, api_key: str | None) -> Response | None:
+    """A websocket server's answer before the handshake: OK to /healthz, 401 to a request without
+    `Authorization: Api-Key <api_key>` (when a key is set); None lets the handshake go on."""
+    if request.path == "/healthz":
+        return connection.respond(http.HTTPStatus.OK, "OK\n")
+    if api_key is not None:
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Api-Key {api_key}".encode()):
+            logger.warning("refused a connection from %s: missing or wrong Api-Key", client(connection))
+            return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong Api-Key\n")
+    return None
+
+
 class PolicyServer:
     """Serves a PolicyRunner over websockets; `serve_forever()` blocks, `with server:` runs it on a thread."""
 
@@ -169,14 +182,7 @@ class PolicyServer:
 
     # ---- HTTP: health check and API key --------------------------------------------------------
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        if request.path == "/healthz":
-            return connection.respond(http.HTTPStatus.OK, "OK\n")
-        if self.cfg.api_key is not None:
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Api-Key {self.cfg.api_key}".encode()):
-                logger.warning("refused a connection from %s: missing or wrong Api-Key", client(connection))
-                return connection.respond(http.HTTPStatus.UNAUTHORIZED, "missing or wrong Api-Key\n")
-        return None
+        return health_or_refusal(connection, request, self.cfg.api_key)
 
     # ---- one connection ------------------------------------------------------------------------
     async def _handle(self, ws: ServerConnection) -> None:

@@ -364,6 +364,49 @@ def cmd_deploy(args: argparse.Namespace) -> None:
     check_episodes(results)
 
 
+def cmd_learner(args: argparse.Namespace) -> None:
+    import logging
+
+    from embodrl.remote.config import LearnerServerConfig
+    from embodrl.remote.learner import Learner
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    server_cfg = LearnerServerConfig(host=args.host, port=args.port, max_pending_batches=args.max_pending)
+    cfg, run_dir = _run_config(args)
+    print(f"run folder: {run_dir}", flush=True)
+    with _removed_if_unused(run_dir, fresh=not args.resume):
+        final = Learner(cfg, run_dir, server_cfg, resume=bool(args.resume)).learn()
+    print(f"success: {final['eval/success']:.1%} (deterministic, {cfg.train.eval_episodes} fixed episodes)")
+    print(f"checkpoint: {run_dir / 'checkpoints/last/policy'}")
+
+
+def cmd_actor(args: argparse.Namespace) -> None:
+    import logging
+
+    from embodrl.config import compose
+    from embodrl.remote.actor import run_actor
+    from embodrl.remote.config import ActorConnectionConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    experiment, overrides = _experiment_and_overrides(args.config)
+    cfg = compose(experiment, overrides)
+    if cfg.train.torch_threads:
+        import torch
+
+        torch.set_num_threads(cfg.train.torch_threads)
+    conn = ActorConnectionConfig(learner=args.learner, actor_id=args.id, wait_s=args.wait)
+    _, status = run_actor(
+        cfg.env,
+        conn,
+        args.batch_steps,
+        decisions=args.transitions,
+        seed=cfg.seed,
+        status_every_s=args.status_every,
+        device=cfg.device,
+    )
+    print(status)
+
+
 def cmd_convert(args: argparse.Namespace) -> None:
     import yaml
 
@@ -634,6 +677,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="YAML file with DeployConfig fields, then key=value, e.g. policy=ws://127.0.0.1:8000",
     )
     p.set_defaults(func=cmd_deploy)
+
+    p = sub.add_parser(
+        "learner",
+        help="off-policy training (algo=sac) from remote actors' transitions, serving them its weights",
+        description="The learner of an actor/learner split (SERL-style): trains the experiment's off-policy "
+        "algorithm on the transitions that `embodrl actor` processes stream to it over websockets "
+        "(msgpack, API key from EMBODRL_API_KEY), and serves them versioned weights. Each batch is stored "
+        "in the run's transition log before it is acknowledged; --resume replays what the last checkpoint "
+        "does not hold, so a killed learner loses no acknowledged transition. An iteration is as many "
+        "updates as the local runner's; updates wait for data (one per transition beyond "
+        "algo.learning_starts). " + OVERRIDES_HELP,
+    )
+    _add_experiment_arguments(p, resume=True)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: all; default local)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
+    p.add_argument(
+        "--max-pending",
+        type=int,
+        default=64,
+        help="stored batches waiting for the trainer before acknowledgements wait (default 64)",
+    )
+    p.set_defaults(func=cmd_learner)
+
+    p = sub.add_parser(
+        "actor",
+        help="play a simulator with a remote learner's weights and stream its transitions to it",
+        description="A simulated actor of `embodrl learner`: builds the learner's policy from the spec it "
+        "sends, acts at random until the learner publishes weights, and sends transitions in batches. "
+        "Acting never waits on the network: unacknowledged batches stay in a bounded outbox and are "
+        "resent after a reconnect (with backoff); the learner drops duplicates by (actor id, batch "
+        "number). Give the learner's experiment (its env); the API key comes from EMBODRL_API_KEY. "
+        + OVERRIDES_HELP,
+    )
+    _add_experiment_arguments(p)
+    p.add_argument("--learner", default="ws://127.0.0.1:8765", help="the learner's ws://host:port")
+    p.add_argument("--id", default="actor-0", help="this actor's id, unique per learner (default actor-0)")
+    p.add_argument(
+        "--batch-steps",
+        type=int,
+        default=8,
+        help="decisions per batch, each env.num_envs transitions (default 8)",
+    )
+    p.add_argument("--transitions", type=int, default=0, help="stop after this many (default 0: run on)")
+    p.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the learner to start")
+    p.add_argument("--status-every", type=float, default=10.0, help="seconds between status lines")
+    p.set_defaults(func=cmd_actor)
 
     from embodrl.convert import CONVERSIONS  # torch-free: lists the kinds for --help
 

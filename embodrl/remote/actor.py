@@ -1,0 +1,173 @@
+"""`embodrl actor`: a simulated actor that plays a VecEnv with the learner's newest weights.
+
+It builds its copy of the policy from the spec the learner sends on connect (a checkpoint's config, no
+pickle), acts uniformly at random while it holds weights version 0 (the learner's `learning_starts`),
+and streams transitions to the learner in batches of `batch_steps` decisions x env.num_envs; new weights
+are loaded between steps. The network lives in LearnerClient's thread: a learner that goes away only
+delays acknowledgements. Imports neither the learner nor any algorithm.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+
+from embodrl.errors import UserError
+from embodrl.policies.base import Policy
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.registry import policy_class
+from embodrl.remote.arrays import to_arrays, to_tensors
+from embodrl.remote.client import LearnerClient
+from embodrl.remote.config import ActorConnectionConfig
+from embodrl.sims.base import StepResult, VecEnv
+from embodrl.sims.config import EnvConfig
+from embodrl.sims.registry import make_env
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ActorStats:
+    decisions: int = 0  # transitions played (env.num_envs per step)
+    env_steps: int = 0
+    episodes: int = 0
+    version: int = 0  # of the weights acting
+
+
+def policy_from_spec(spec: dict, device: str = "cpu") -> Policy:
+    """A policy built from the learner's spec ({family, policy, obs_shapes}), with its initial weights."""
+    shapes = {key: tuple(shape) for key, shape in spec["obs_shapes"].items()}
+    return policy_class(spec["family"])(PolicyConfig.from_dict(spec["policy"]), shapes, device=device)
+
+
+def check_env_fits(env: VecEnv, spec: dict) -> None:
+    """A one-line error when the env observes or acts otherwise than the learner's policy expects."""
+    for key in spec["read_keys"]:
+        have = tuple(env.observation_spec[key].shape) if key in env.observation_spec else None
+        if have != tuple(spec["obs_shapes"][key]):
+            raise UserError(
+                f"this actor's env gives {key} shaped {have}, the learner's policy reads "
+                f"{spec['obs_shapes'][key]}: run the actor with the learner's experiment"
+            )
+    if env.action_spec.dim != spec["policy"]["action_dim"]:
+        raise UserError(
+            f"this actor's env takes {env.action_spec.dim} action dims, the learner's policy gives "
+            f"{spec['policy']['action_dim']}: run the actor with the learner's experiment"
+        )
+
+
+def transition(
+    obs: TensorDict, actions: torch.Tensor, result: StepResult, keys: tuple[str, ...]
+) -> TensorDict:
+    """One decision of each env as the replay buffer keeps it (data/replay_buffer.py)."""
+    return TensorDict(
+        {
+            "obs": obs.select(*keys),
+            "action": actions.float(),
+            "reward": result.reward.sum(-1).float(),
+            "next_obs": result.final_obs.select(*keys),  # the finished episode's last on auto-reset
+            "terminated": result.terminated.bool(),
+        },
+        batch_size=[actions.shape[0]],
+    )
+
+
+class SimActor:
+    """Plays `env` with the learner's weights, streaming transitions through `client`."""
+
+    def __init__(
+        self, env: VecEnv, client: LearnerClient, batch_steps: int, seed: int = 0, device: str = "cpu"
+    ) -> None:
+        if batch_steps < 1:
+            raise UserError(f"--batch-steps={batch_steps} must be >= 1")
+        check_env_fits(env, client.policy_spec)
+        self.env, self.client, self.batch_steps = env, client, batch_steps
+        self.policy = policy_from_spec(client.policy_spec, device)
+        self.keys = tuple(client.policy_spec["read_keys"])
+        self.generator = torch.Generator().manual_seed(seed)
+        self.stats = ActorStats()
+
+    def _load_new_weights(self) -> None:
+        weights = self.client.take_weights()
+        if weights is not None:
+            version, state = weights
+            self.policy.load_state_dict(to_tensors(state, self.policy.device))
+            self.stats.version = version
+
+    def _actions(self, obs: TensorDict) -> torch.Tensor:
+        if self.stats.version:
+            with torch.no_grad():
+                return self.policy.act(obs).actions
+        spec = self.env.action_spec  # no weights yet: uniform over the env's bounds, as the local runner
+        shape = (self.env.num_envs, *self.policy.chunk_shape)
+        uniform = torch.rand(shape, generator=self.generator).to(self.policy.device)
+        return spec.low + (spec.high - spec.low) * uniform
+
+    def run(self, decisions: int = 0, status_every_s: float = 10.0) -> ActorStats:
+        """Act until `decisions` transitions are played (0: until interrupted); the last partial batch is
+        sent too. Prints a status line every `status_every_s`."""
+        obs = self.env.reset()
+        pending: list[TensorDict] = []
+        pending_steps = 0
+        next_status = time.monotonic() + status_every_s
+        try:
+            while not decisions or self.stats.decisions < decisions:
+                self._load_new_weights()
+                actions = self._actions(obs)
+                result = self.env.step(actions)
+                pending.append(transition(obs, actions, result, self.keys))
+                steps = int(result.steps_executed.sum())
+                pending_steps += steps
+                self.stats.decisions += self.env.num_envs
+                self.stats.env_steps += steps
+                self.stats.episodes += int(result.done.sum())
+                if len(pending) == self.batch_steps:
+                    self.client.submit(to_arrays(torch.cat(pending)), pending_steps)
+                    pending, pending_steps = [], 0
+                obs = result.obs
+                if time.monotonic() >= next_status:
+                    print(self.status(), flush=True)
+                    next_status = time.monotonic() + status_every_s
+        finally:
+            if pending and self.client.error is None:
+                self.client.submit(to_arrays(torch.cat(pending)), pending_steps)
+        return self.stats
+
+    def status(self) -> str:
+        stats, client = self.stats, self.client.stats
+        link = "connected" if self.client.connected else "learner away"
+        return (
+            f"actor {self.client.cfg.actor_id}: {stats.decisions} transitions, {stats.episodes} episodes, "
+            f"weights v{stats.version}; acked up to batch {client.last_acked_seq} "
+            f"({client.acked_transitions} transitions), {self.client.unacked} unacked, "
+            f"{client.dropped} dropped, "
+            f"{client.reconnects} reconnects; {link}"
+        )
+
+
+def run_actor(
+    env_cfg: EnvConfig,
+    conn: ActorConnectionConfig,
+    batch_steps: int,
+    decisions: int = 0,
+    seed: int = 0,
+    status_every_s: float = 10.0,
+    flush_s: float = 10.0,
+    device: str = "cpu",
+) -> tuple[ActorStats, str]:
+    """Connect, act, and before leaving wait up to `flush_s` for the unacknowledged batches; returns the
+    stats and the last status line."""
+    with LearnerClient(conn) as client, make_env(env_cfg, device=device) as env:
+        actor = SimActor(env, client, batch_steps, seed, device)
+        try:
+            actor.run(decisions, status_every_s)
+        finally:
+            if not client.flush(flush_s):
+                logger.warning("leaving %d batches unacknowledged (the learner is away)", client.unacked)
+        if client.error is not None:
+            raise client.error
+        return actor.stats, actor.status()
