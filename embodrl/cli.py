@@ -216,6 +216,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from embodrl.policies.loading import load_policy
     from embodrl.sims.registry import make_env
     from embodrl.train.evaluation import evaluate_policy, summarize
+    from embodrl.train.noise_action_env import env_for
     from embodrl.train.policy_setup import read_prompts_through
 
     checkpoint = Path(args.checkpoint)
@@ -229,6 +230,11 @@ def cmd_eval(args: argparse.Namespace) -> None:
     # run's checkpoints, or under run_root for a checkpoint from elsewhere; a new folder per call.
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else (saved.parent if saved else Path(cfg.run_root)) / "eval" / stamp
+    if policy.cfg.steers and (args.demos or args.perturb):
+        raise UserError(
+            f"{checkpoint} picks the initial noise of {policy.cfg.steers}: evaluate it without --demos and "
+            "--perturb"
+        )
     if args.demos:
         _replay_demos(args, cfg, policy, out)
         return
@@ -237,7 +243,8 @@ def cmd_eval(args: argparse.Namespace) -> None:
         return
     # the run's evaluation envs: with its seed, the same episodes get the same noise as in the run
     env_cfg = dataclasses.replace(cfg.env, num_envs=cfg.train.eval_envs or cfg.env.num_envs)
-    with make_env(env_cfg, device=cfg.device) as env:
+    # a noise-space actor's actions are decoded by the policy it steers (env_for wraps the env in it)
+    with env_for(policy, make_env(env_cfg, device=cfg.device)) as env:
         read_prompts_through(policy, env.instruction_table)
         results = evaluate_policy(
             policy,

@@ -5,9 +5,10 @@ constructor first (config, observation shapes, chunk shape, normalizers), builds
 implements `act`, `evaluate`, `value` and `sft_loss`. Checkpoints (`save_pretrained` /
 `from_pretrained`) are the same folder for every family (policies/checkpoint.py). The hooks
 `transformer_stacks` (memory estimate), `action_program` (export), `act_guided` (guided real-time
-chunking, with its flag `can_guide_chunks`) and `sample_reparameterized` (off-policy actor-critic) have
-defaults that fit a family without transformers, without an exportable action path, without guidable
-sampling and without a reparameterized sampler. docs/architecture.md, "Contracts", shows
+chunking, with its flag `can_guide_chunks`), `sample_reparameterized` (off-policy actor-critic) and
+`act_from_noise` (noise-space RL, with its flag `can_act_from_noise`) have defaults that fit a family
+without transformers, without an exportable action path, without guidable sampling, without a
+reparameterized sampler and without an initial noise to steer. docs/architecture.md, "Contracts", shows
 where each method is called.
 """
 
@@ -105,6 +106,14 @@ class ActionProgram(nn.Module, ABC):
         return self.normalizers["action"].unnormalize(self.normalized_actions(features, inputs[count:]))
 
 
+def no_noise_input(family: str) -> UserError:
+    """The error for a policy whose actions are not a function of an initial noise (`act_from_noise`)."""
+    return UserError(
+        f"a {family} policy does not act from a given initial noise, which noise-space RL "
+        "(algo.noise_policy) steers; give it a flow policy's checkpoint (policy.family=flow)"
+    )
+
+
 def not_exportable(what: str) -> UserError:
     """The error of `Policy.action_program` for a policy that decodes over a VLA backbone."""
     return UserError(
@@ -125,6 +134,7 @@ class Policy(nn.Module, ABC):
 
     family: ClassVar[str]  # its name in policies/registry.py, written into every checkpoint
     can_guide_chunks: ClassVar[bool] = False  # whether `act_guided` works (deploy's chunk.mode=guided_rtc)
+    can_act_from_noise: ClassVar[bool] = False  # whether `act_from_noise` works (noise-space RL, DSRL)
 
     def __init__(
         self, cfg: PolicyConfig, obs_shapes: Mapping[str, tuple[int, ...]], device: str = "cpu"
@@ -160,6 +170,18 @@ class Policy(nn.Module, ABC):
             f"a {self.family} policy cannot steer its chunks toward the previous one (guided real-time "
             "chunking needs a flow policy); use chunk.mode=rtc, its guidance-free cross-fade"
         )
+
+    @property
+    def noise_shape(self) -> tuple[int, int]:
+        """Per-sample shape [H, D] of the initial noise `act_from_noise` starts from (the model's chunk,
+        which may be padded beyond `chunk_shape`)."""
+        raise no_noise_input(self.family)
+
+    def act_from_noise(self, obs: TensorDict, noise: torch.Tensor) -> torch.Tensor:
+        """Action chunks [N, C, A] (env units, no grad) that the deterministic sampler makes from the given
+        initial noise [N, *noise_shape] instead of a random one: what noise-space RL (DSRL, Wagenmaker et
+        al. 2025) steers a frozen policy through. Only families with `can_act_from_noise` implement it."""
+        raise no_noise_input(self.family)
 
     @property
     def can_sample_reparameterized(self) -> bool:

@@ -42,6 +42,10 @@ class PolicyConfig:
 
     family: str = "flow"  # a `FAMILIES` name
     init_from: str | None = None  # a checkpoint folder (e.g. from `embodrl sft`) to start from instead
+    # Noise-space RL (algo.noise_policy): the checkpoint folder of the frozen policy whose initial noise this
+    # policy's actions are (set by the trainer); `embodrl eval` then decodes them through it. Empty: actions
+    # are the env's.
+    steers: str = ""
     chunk_size: int = 4  # C actions per decision, executed open-loop
     action_dim: int = 7  # A, must match the env's action_spec.dim
     obs_keys: tuple[str, ...] = ("state",)  # observation keys the actor reads

@@ -83,6 +83,10 @@ class AlgoConfig:
     # each batch then takes `demo_ratio` of its transitions from it (RLPD's symmetric sampling: 0.5)
     demo_dataset: str | None = None
     demo_ratio: float = 0.5
+    # Noise-space RL (DSRL, Wagenmaker et al. 2025): a flow policy's checkpoint, kept frozen, whose initial
+    # noise the actor picks (train/noise_action_env.py), within [-noise_bound, noise_bound]
+    noise_policy: str | None = None
+    noise_bound: float = 1.5
 
     def __post_init__(self) -> None:
         check_choice("algo.name", self.name, ALGORITHMS)
@@ -130,6 +134,11 @@ class AlgoConfig:
             raise ConfigError(f"algo.tau={self.tau} must lie in (0, 1]")
         if not 0 <= self.demo_ratio < 1:
             raise ConfigError(f"algo.demo_ratio={self.demo_ratio} must lie in [0, 1)")
+        check_positive("algo.noise_bound", self.noise_bound)
+        if self.noise_policy and self.on_policy:
+            raise ConfigError(f"algo.noise_policy trains an off-policy actor, not {self.name}: set algo=sac")
+        if self.noise_policy and self.demo_dataset:
+            raise ConfigError("algo.demo_dataset holds env actions, not noise: drop it for algo.noise_policy")
         if self.grpo_success_range is not None:
             self.grpo_success_range = tuple(self.grpo_success_range)  # YAML gives a list
             bounds = self.grpo_success_range

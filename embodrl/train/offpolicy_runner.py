@@ -29,6 +29,7 @@ from embodrl.train.best import BestCheckpoint
 from embodrl.train.episodes import EpisodeResults
 from embodrl.train.evaluation import eval_metrics
 from embodrl.train.logger import plot_learning_curve
+from embodrl.train.noise_action_env import steer_noise
 from embodrl.train.policy_setup import build_policy
 from embodrl.train.runner import Runner, warn_unsaved
 from embodrl.train.stopping import StopAtIterationEnd
@@ -53,7 +54,15 @@ class OffPolicyRunner(Runner):
             torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.seed)
         self.env = make_env(cfg.env, device=cfg.device)
+        if cfg.algo.noise_policy:  # DSRL: the actor picks a frozen policy's initial noise
+            cfg, self.env = steer_noise(cfg, self.env)
+            self.cfg = cfg
         self.policy = build_policy(cfg, self.env)
+        spec = self.env.action_spec
+        if not cfg.policy.init_from and math.isfinite(spec.high - spec.low):
+            # a new actor's quantile action normalization maps its tanh's [-1, 1] onto the env's bounds
+            bounds = {"q01": [spec.low] * spec.dim, "q99": [spec.high] * spec.dim}
+            self.policy.set_normalization({"action": bounds})
         self.algo = registry.get("off_policy", cfg.algo.name)(self.policy, cfg.algo)
         self.keys = self.policy.cfg.read_keys  # what the buffer keeps of each observation
         self.buffer = ReplayBuffer(cfg.algo.buffer_size)

@@ -4,7 +4,7 @@ Training (openpi): t ~ Beta(1.5, 1) * 0.999 + 0.001, x_t = t * noise + (1 - t) *
 net regresses v = noise - action. Sampling integrates K Euler steps from t = 1 (noise) to t = 0 in
 normalized action units. The likelihood head (`flow.likelihood`) makes the chain stochastic for RL:
 Flow-Noise (flow_noise.py) or Flow-SDE (flow_sde.py). Deterministic `act` runs the plain ODE (no
-step noise) from x_0 ~ N(0, I), as in pi0 inference.
+step noise) from x_0 ~ N(0, I), as in pi0 inference; `act_from_noise` runs it from a given x_0 (DSRL).
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ class FlowPolicy(VLAPolicy):
 
     family = "flow"
     can_guide_chunks = True
+    can_act_from_noise = True
 
     def __init__(
         self, cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]], device: str = "cpu"
@@ -183,6 +184,23 @@ class FlowPolicy(VLAPolicy):
         """[N, H, D] -> the executed part [N, C, A]."""
         return per_element[:, : self.chunk_shape[0], : self.chunk_shape[1]]
 
+    def _initial_noise(self, features: torch.Tensor) -> torch.Tensor:
+        """x0 ~ N(0, I) [N, H, D] for features [N, F]: the chain's start at t = 1."""
+        return torch.randn(features.shape[0], *self.model_shape, device=features.device)
+
+    @property
+    def noise_shape(self) -> tuple[int, int]:
+        return self.model_shape
+
+    @torch.no_grad()
+    def act_from_noise(self, obs: TensorDict, noise: torch.Tensor) -> torch.Tensor:
+        """The plain ODE (K Euler steps) from `noise` [N, H, D]: act(deterministic=True)'s chunk for that
+        x0, in env units."""
+        image_features = self.encoder.frozen_image_features(obs) if self.encoder is not None else None
+        _, velocity = self.condition(obs, image_features=image_features)
+        x = euler_sample(velocity, noise.to(device=self.device, dtype=torch.float32), self.cfg.flow.num_steps)
+        return self.normalizers["action"].unnormalize(self._executed(x))
+
     @torch.no_grad()
     def act(self, obs: TensorDict, deterministic: bool = False) -> ActOut:
         image_features = self.encoder.frozen_image_features(obs) if self.encoder is not None else None
@@ -194,7 +212,7 @@ class FlowPolicy(VLAPolicy):
         )
         prefix = self.prefix_encoder(obs, self._vla_state(obs)) if cached else None
         features, velocity = self.condition(obs, image_features=image_features, prefix=prefix)
-        x0 = torch.randn(features.shape[0], *self.model_shape, device=features.device)  # noise at t = 1
+        x0 = self._initial_noise(features)
         replay, logprob = self.head.sample(velocity, features, x0, deterministic)
         if image_features is not None:  # frozen CNNs: the update reads their features from here
             replay["image_features"] = image_features
@@ -215,7 +233,7 @@ class FlowPolicy(VLAPolicy):
         actions for the same random state."""
         image_features = self.encoder.frozen_image_features(obs) if self.encoder is not None else None
         features, velocity = self.condition(obs, image_features=image_features)
-        x0 = torch.randn(features.shape[0], *self.model_shape, device=features.device)
+        x0 = self._initial_noise(features)
         (c, a), (h, d) = self.chunk_shape, self.model_shape
         prev = guidance.prev_actions.to(device=x0.device, dtype=torch.float32)
         target = F.pad(self.normalizers["action"](prev), (0, d - a, 0, h - c))  # the model's zero padding

@@ -1,0 +1,125 @@
+"""Noise-space RL (algo.noise_policy, DSRL) on Pendulum-v1 with a small flow policy as the steered one: the
+wrapper executes that policy's chunk for the (clipped) noise, a run saves, resumes exactly and evaluates
+through the policy its checkpoint names, and bad settings are one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from embodrl.cli import main
+from embodrl.config import compose
+from embodrl.errors import ConfigError, UserError
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.flow.configuration import FlowConfig
+from embodrl.policies.loading import load_policy
+from embodrl.policies.registry import make_policy
+from embodrl.sims.registry import make_env
+from embodrl.sims.wrapped import WrappedEnv
+from embodrl.train.checkpointing import LAST, POLICY_DIR, load_trainer_state
+from embodrl.train.noise_action_env import NoiseActionEnv, env_for
+from embodrl.train.offpolicy_runner import OffPolicyRunner
+from tests.train.test_offpolicy_runner import TINY, comparable
+
+BOUND = 1.2
+
+
+def save_flow_policy(directory, family: str = "flow"):
+    """A small untrained policy on Pendulum's state (chunk 2 of 1-D torques), saved to `directory`."""
+    torch.manual_seed(0)
+    cfg = PolicyConfig(family=family, chunk_size=2, action_dim=1, flow=FlowConfig(hidden_dims=(16,)))
+    policy = make_policy(cfg, {"state": (3,)})
+    policy.set_normalization({"action": {"mean": [0.5], "std": [0.8]}})
+    policy.save_pretrained(directory)
+    return directory
+
+
+def dsrl(base, iterations: int, *extra: str):
+    overrides = [
+        *TINY,
+        f"train.iterations={iterations}",
+        f"algo.noise_policy={base}",
+        f"algo.noise_bound={BOUND}",
+    ]
+    return compose("sac_pendulum", [*overrides, *extra])
+
+
+class Recording(WrappedEnv):
+    """Keeps the action chunks it is stepped with."""
+
+    def __init__(self, env) -> None:
+        super().__init__(env)
+        self.executed: list[torch.Tensor] = []
+
+    def step(self, actions):
+        self.executed.append(actions.clone())
+        return super().step(actions)
+
+
+def test_a_step_executes_the_steered_policys_chunk_for_the_clipped_noise(tmp_path):
+    base = load_policy(save_flow_policy(tmp_path / "base"))
+    inner = Recording(make_env(compose("sac_pendulum").env))
+    env = NoiseActionEnv(inner, base, BOUND)
+    assert env.action_spec.dim == 1 and (env.action_spec.low, env.action_spec.high) == (-BOUND, BOUND)
+    obs = env.reset_to(torch.tensor([0]))
+    noise = torch.tensor([[[2.0], [-0.3]]])  # the first beyond the bound
+    result = env.step(noise)
+    expected = base.act_from_noise(obs, torch.tensor([[[BOUND], [-0.3]]]))
+    assert torch.equal(inner.executed[0], expected) and result.reward.shape == (1, 2)
+    assert torch.equal(env.obs["state"], result.obs["state"])  # the next noise is decoded on this
+    assert not any(p.requires_grad for p in base.parameters()) and not base.training
+    with pytest.raises(UserError, match=r"shape \[N, 2, 1\]"):
+        env.step(torch.zeros(1, 3, 1))
+
+
+def test_a_dsrl_run_resumes_exactly_and_evaluates_through_the_policy_it_steers(tmp_path):
+    base = save_flow_policy(tmp_path / "base")
+    before = {k: v.clone() for k, v in load_policy(base).state_dict().items()}
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    whole.mkdir(), split.mkdir()
+    runner = OffPolicyRunner(dsrl(base, 3), whole)
+    runner.learn()
+    OffPolicyRunner(dsrl(base, 2), split).learn()
+    OffPolicyRunner(dsrl(base, 3), split, resume=True).learn()
+    assert comparable(split) == comparable(whole) and "eval/return" in comparable(whole)[1]
+    replay = load_trainer_state(whole / LAST)["replay"]["data"]["action"]
+    assert replay.shape == (15, 2, 1) and replay.abs().max() <= BOUND + 1e-5  # the noise, within its bound
+    assert all(torch.equal(v, before[k]) for k, v in runner.env.base.state_dict().items())  # frozen
+    saved = load_policy(whole / LAST / POLICY_DIR)
+    assert saved.cfg.steers == str(base.resolve()) and saved.chunk_shape == (2, 1)
+    out = tmp_path / "eval"
+    args = [
+        "eval",
+        str(whole / LAST / POLICY_DIR),
+        "--episodes",
+        "1",
+        "--record",
+        "0",
+        "--out",
+        str(out),
+        "env=pendulum",
+    ]
+    assert main(args) == 0 and (out / "summary.json").is_file()
+    assert isinstance(env_for(saved, make_env(compose("sac_pendulum").env)), NoiseActionEnv)
+
+
+def test_bad_noise_space_settings_are_one_line_errors(tmp_path):
+    base = save_flow_policy(tmp_path / "base")
+    cases = [
+        (ConfigError, "set algo=sac", lambda: dsrl(base, 1, "algo=ppo")),
+        (
+            UserError,
+            "flow policy",
+            lambda: OffPolicyRunner(dsrl(save_flow_policy(tmp_path / "g", "gaussian"), 1), tmp_path),
+        ),
+        (
+            UserError,
+            "acts in 1 dims",
+            lambda: OffPolicyRunner(dsrl(base, 1, "env.gym_id=MountainCarContinuous-v0"), tmp_path),
+        ),
+        (UserError, "is not a policy checkpoint", lambda: OffPolicyRunner(dsrl(tmp_path, 1), tmp_path)),
+    ]
+    for kind, message, call in cases:
+        with pytest.raises(kind, match=message) as error:
+            call()
+        assert "\n" not in str(error.value)
