@@ -143,12 +143,13 @@ class LearnerClient:
         return not self._outbox
 
     def close(self) -> None:
+        """Stop the thread (a reply it waits for is cut short) and close the connection."""
         self._closing.set()
         self._wake.set()
-        self._thread.join(timeout=self.cfg.timeout_s)
         if self._ws is not None:
-            self._ws.close()
-            self._ws = None
+            self._ws.close()  # thread-safe in websockets: ends a recv the thread is blocked in
+        self._thread.join(timeout=self.cfg.timeout_s)
+        self._ws = None
 
     def __enter__(self) -> LearnerClient:
         return self
@@ -246,6 +247,8 @@ class LearnerClient:
                     if not sent:
                         self._wake.wait(max(0.0, next_pull - time.monotonic()))
                 except (ConnectionClosed, OSError, TimeoutError, ProtocolError) as error:
+                    if self._closing.is_set():
+                        break
                     self._lose(error)
         except LearnerError as error:
             logger.error("%s", error)

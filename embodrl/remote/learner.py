@@ -25,6 +25,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from embodrl.config import ExperimentConfig
+from embodrl.errors import UserError
 from embodrl.remote.arrays import to_arrays, to_tensors
 from embodrl.remote.config import LearnerServerConfig
 from embodrl.remote.intake import Arrival, Intake
@@ -54,6 +55,10 @@ class Learner(OffPolicyRunner):
     def __init__(
         self, cfg: ExperimentConfig, run_dir: Path, server_cfg: LearnerServerConfig, resume: bool = False
     ) -> None:
+        if cfg.algo.noise_policy:  # the actors would have to decode the noise through the steered policy
+            raise UserError(
+                "algo.noise_policy is not supported by `embodrl learner` yet; train it with `embodrl train`"
+            )
         self.remote = RemoteState()  # before the runner's constructor, whose restore fills it
         super().__init__(cfg, run_dir, resume)
         self.updates_per_iteration = self.steps_per_iteration * self.env.num_envs

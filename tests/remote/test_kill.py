@@ -16,21 +16,14 @@ from pathlib import Path
 import pytest
 
 from embodrl.train.checkpointing import LAST, load_trainer_state
+from tests.remote.tiny import TINY
 
 BATCH_STEPS = 2  # decisions per batch; Pendulum's one env makes them 2 transitions
 TINY = [
-    "env.max_episode_steps=10",
+    *TINY,
     "train.iterations=100000",  # stopped by SIGTERM
-    "train.eval_every=0",
     "train.save_every=3",
-    "train.tensorboard=false",
-    "train.keep_best=false",
     "algo.learning_starts=20",
-    "algo.batch_size=8",
-    "algo.utd=1",
-    "algo.num_critics=2",
-    "algo.critic_hidden_dims=[16,16]",
-    "policy.gaussian.hidden_dims=[16]",
 ]
 ACKED = re.compile(r"weights v(\d+); acked up to batch (-?\d+) .* (\d+) reconnects")
 
@@ -70,7 +63,9 @@ class Process:
                     return match
             assert self.popen.poll() is None, "exited:\n" + "\n".join(self.lines[-20:])
             time.sleep(0.05)
-        raise AssertionError(f"no line matching {pattern!r} within {timeout_s} s:\n" + "\n".join(self.lines[-20:]))
+        raise AssertionError(
+            f"no line matching {pattern!r} within {timeout_s} s:\n" + "\n".join(self.lines[-20:])
+        )
 
     def acked(self) -> tuple[int, int, int]:
         """(weights version, last acknowledged batch, reconnects) of the actor's latest status line."""
