@@ -2,9 +2,10 @@
 
 It builds its copy of the policy from the spec the learner sends on connect (a checkpoint's config, no
 pickle), acts uniformly at random while it holds weights version 0 (the learner's `learning_starts`),
-and streams transitions to the learner in batches of `batch_steps` decisions x env.num_envs; new weights
-are loaded between steps. The network lives in LearnerClient's thread: a learner that goes away only
-delays acknowledgements. Imports neither the learner nor any algorithm.
+and streams transitions to the learner in batches of `batch_steps` decisions x env.num_envs, each with
+the mean outcomes of the episodes that ended in it; new weights are loaded between steps. The network
+lives in LearnerClient's thread: a learner that goes away only delays acknowledgements. Imports neither
+the learner nor any algorithm.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict
 
+from embodrl.engine.episode_tracker import EpisodeTracker
 from embodrl.errors import UserError
 from embodrl.policies.base import Policy
 from embodrl.policies.config import PolicyConfig
@@ -90,6 +92,7 @@ class SimActor:
         self.keys = tuple(client.policy_spec["read_keys"])
         self.generator = torch.Generator().manual_seed(seed)
         self.stats = ActorStats()
+        self.episodes = EpisodeTracker.zeros(env.num_envs)  # episodes run on across batches
 
     def _load_new_weights(self) -> None:
         weights = self.client.take_weights()
@@ -111,31 +114,45 @@ class SimActor:
         """Act until `decisions` transitions are played (0: until interrupted); the last partial batch is
         sent too. Prints a status line every `status_every_s`."""
         obs = self.env.reset()
-        pending: list[TensorDict] = []
-        pending_steps = 0
+        pending: list[tuple[TensorDict, StepResult]] = []
         next_status = time.monotonic() + status_every_s
         try:
             while not decisions or self.stats.decisions < decisions:
                 self._load_new_weights()
                 actions = self._actions(obs)
                 result = self.env.step(actions)
-                pending.append(transition(obs, actions, result, self.keys))
-                steps = int(result.steps_executed.sum())
-                pending_steps += steps
+                pending.append((transition(obs, actions, result, self.keys), result))
                 self.stats.decisions += self.env.num_envs
-                self.stats.env_steps += steps
+                self.stats.env_steps += int(result.steps_executed.sum())
                 self.stats.episodes += int(result.done.sum())
                 if len(pending) == self.batch_steps:
-                    self.client.submit(to_arrays(torch.cat(pending)), pending_steps)
-                    pending, pending_steps = [], 0
+                    self._submit(pending)
+                    pending = []
                 obs = result.obs
                 if time.monotonic() >= next_status:
                     print(self.status(), flush=True)
                     next_status = time.monotonic() + status_every_s
         finally:
             if pending and self.client.error is None:
-                self.client.submit(to_arrays(torch.cat(pending)), pending_steps)
+                self._submit(pending)
         return self.stats
+
+    def _submit(self, pending: list[tuple[TensorDict, StepResult]]) -> None:
+        """Send a batch with the outcomes of the episodes that ended in it (the learner logs them)."""
+        transitions, results = zip(*pending, strict=True)
+        steps = torch.stack([r.steps_executed for r in results])
+        self.episodes.record_rollout(
+            torch.stack([r.reward for r in results]),
+            steps,
+            torch.stack([r.done for r in results]),
+            torch.stack([r.success for r in results]),
+        )
+        outcomes = self.episodes.pop()
+        self.client.submit(
+            to_arrays(torch.cat(transitions)),
+            int(steps.sum()),
+            episodes=outcomes if outcomes["episodes"] else None,
+        )
 
     def status(self) -> str:
         stats, client = self.stats, self.client.stats

@@ -87,24 +87,27 @@ class LearnerClient:
         self._thread.start()
 
     # ---- the acting side ---------------------------------------------------------------------------
-    def submit(self, transitions: dict[str, Any], env_steps: int) -> int:
+    def submit(
+        self, transitions: dict[str, Any], env_steps: int, episodes: dict[str, float] | None = None
+    ) -> int:
         """Queue a batch of transitions (arrays [B, ...], protocol.py) for the learner; returns its sequence
-        number. A full outbox makes it wait for room (or drop the oldest batch: `drop_when_full`). Raises
-        the error that stopped the connection thread, if one did."""
+        number. `episodes`: the mean outcomes of the episodes that ended in it ({"episodes": count, "return":
+        mean, "success": mean, ...}), which the learner logs as rollout/*. A full outbox makes it wait for
+        room (or drop the oldest batch: `drop_when_full`). Raises the error that stopped the connection
+        thread, if one did."""
         if self.error is not None:
             raise self.error
         count = len(transitions["reward"])
         with self._lock:
             seq, self._next_seq = self._next_seq, self._next_seq + 1
-        frame = packb(
-            {
-                "type": "batch",
-                "actor": self.cfg.actor_id,
-                "seq": seq,
-                "env_steps": env_steps,
-                "transitions": transitions,
-            }
-        )
+        message = {
+            "type": "batch",
+            "actor": self.cfg.actor_id,
+            "seq": seq,
+            "env_steps": env_steps,
+            "transitions": transitions,
+        }
+        frame = packb(message if episodes is None else {**message, "episodes": episodes})
         with self._room:
             while len(self._outbox) >= self.cfg.max_unacked_batches and not self.cfg.drop_when_full:
                 if self.error is not None:

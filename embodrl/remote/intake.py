@@ -20,10 +20,12 @@ WAIT_SLICE_S = 0.5  # how often a store waiting for room checks whether the lear
 
 @dataclass
 class Arrival:
-    """A stored batch: its transitions (arrays [B, ...]) and the env steps they took."""
+    """A stored batch: its transitions (arrays [B, ...]), the env steps they took and the outcomes of the
+    episodes that ended in it (protocol.py's `episodes`, or None)."""
 
     transitions: dict[str, Any]
     env_steps: int
+    episodes: dict[str, float] | None = None
 
 
 class LearnerClosing(ConnectionError):

@@ -60,6 +60,7 @@ class Learner(OffPolicyRunner):
                 "algo.noise_policy is not supported by `embodrl learner` yet; train it with `embodrl train`"
             )
         self.remote = RemoteState()  # before the runner's constructor, whose restore fills it
+        self.episodes: list[dict[str, float]] = []  # the actors' episode summaries since the last iteration
         super().__init__(cfg, run_dir, resume)
         self.updates_per_iteration = self.steps_per_iteration * self.env.num_envs
         transition_log = TransitionLog(run_dir / LOG_DIR, self.remote.first_segment)
@@ -102,6 +103,8 @@ class Learner(OffPolicyRunner):
         self.buffer.add(TensorDict(transitions, batch_size=[count], device=self.cfg.device))
         self.remote.received += count
         self.env_steps += arrival.env_steps
+        if arrival.episodes is not None:
+            self.episodes.append(arrival.episodes)
 
     def _take_arrivals(self, wait_s: float = 0.0) -> None:
         for arrival in self.intake.take(wait_s):
@@ -127,6 +130,7 @@ class Learner(OffPolicyRunner):
         elapsed = time.perf_counter() - start
         self.wall_time += elapsed
         metrics = {f"train/{k}": sum(u[k] for u in updates) / len(updates) for k in updates[0]}
+        metrics.update(self._episode_metrics())
         metrics.update(
             {
                 "rollout/env_steps": float(self.env_steps),
@@ -138,6 +142,17 @@ class Learner(OffPolicyRunner):
             }
         )
         return metrics
+
+    def _episode_metrics(self) -> dict[str, float]:
+        """rollout/episodes and the means (return, length, success, the env's flags) over the episodes the
+        actors finished in the batches taken since the last call; nothing when none finished."""
+        summaries, self.episodes = self.episodes, []
+        metrics = {"rollout/episodes": float(sum(s["episodes"] for s in summaries))}
+        for name in dict.fromkeys(k for s in summaries for k in s if k != "episodes"):
+            having = [s for s in summaries if name in s]
+            count = sum(s["episodes"] for s in having)
+            metrics[f"rollout/{name}"] = sum(s[name] * s["episodes"] for s in having) / count
+        return metrics if summaries else {}
 
     def save(self) -> Path:
         """checkpoints/last with every batch stored so far in its buffer; then drop the log before it."""

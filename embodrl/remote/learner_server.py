@@ -21,7 +21,14 @@ from embodrl.deploy.server import LOOPBACK, client, health_or_refusal
 from embodrl.errors import UserError
 from embodrl.remote.config import LearnerServerConfig
 from embodrl.remote.intake import Arrival, Intake, LearnerClosing
-from embodrl.remote.protocol import ProtocolError, check_actor_id, check_transitions, packb, unpackb
+from embodrl.remote.protocol import (
+    ProtocolError,
+    check_actor_id,
+    check_outcomes,
+    check_transitions,
+    packb,
+    unpackb,
+)
 
 logger = logging.getLogger(__name__)
 START_TIMEOUT_S = 30
@@ -166,7 +173,8 @@ class LearnerServer:
             raise ProtocolError("a batch carries a non-negative int seq and env_steps")
         transitions = request.get("transitions")
         check_transitions(transitions, self._obs_shapes, self._chunk)
-        arrival = Arrival(transitions, env_steps)
+        episodes = request.get("episodes")
+        arrival = Arrival(transitions, env_steps, None if episodes is None else check_outcomes(episodes))
         duplicate = await self._loop.run_in_executor(
             self._storer, self.intake.store, actor, seq, message, arrival
         )

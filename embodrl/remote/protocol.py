@@ -2,33 +2,47 @@
 
 actor -> learner                                   learner -> actor
   {"type": "hello", "actor": id}                     {"type": "welcome", "learner": run id, "last_seq": n,
-                                                      "version": v, "policy": {family, policy, obs_shapes}}
+                                                      "version": v, "policy": {family, policy, obs_shapes,
+                                                                               read_keys}}
   {"type": "batch", "actor": id, "seq": n,           {"type": "ack", "seq": n, "duplicate": bool}
-   "env_steps": k, "transitions": {...}}
+   "env_steps": k, "transitions": {...},
+   "episodes": {...} (optional)}
   {"type": "pull", "learner": run id, "version": v}  {"type": "weights", "learner": run id, "version": v,
                                                       "state": {name: array}}  (no "state": unchanged)
 
 A batch the learner cannot take is answered with a text frame "error: <reason>". `transitions` holds
 arrays [B, ...]: "obs" and "next_obs" (maps of the policy's observation keys), "action" [B, C, A] float32,
-"reward" [B] float32, "terminated" [B] bool. Sequence numbers count each actor's batches from 0; the
-learner keeps the last one it stored per actor, so a batch sent again after a reconnect is acknowledged
-as a duplicate and dropped. Weights version 0 means none yet: actors then act uniformly at random.
+"reward" [B] float32, "terminated" [B] bool. `episodes` sums up the episodes that ended in the batch:
+{"episodes": count, "return": mean, "length": mean, "success": mean, <the env's flags>: mean}. Sequence
+numbers count each actor's batches from 0; the learner keeps the last one it stored per actor, so a
+batch sent again after a reconnect is acknowledged as a duplicate and dropped. Weights version 0 means
+none yet: actors then act uniformly at random.
 Only numpy, msgpack and the standard library are imported here (the robot side depends on it).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from embodrl.deploy.protocol import ProtocolError, packb, unpackb
 
-__all__ = ["ProtocolError", "check_actor_id", "check_transitions", "expect", "packb", "unpackb"]
+__all__ = [
+    "ProtocolError",
+    "check_actor_id",
+    "check_outcomes",
+    "check_transitions",
+    "expect",
+    "packb",
+    "unpackb",
+]
 
 OBSERVATIONS = ("obs", "next_obs")
 FIXED_DTYPES = {"action": np.float32, "reward": np.float32, "terminated": np.bool_}
 MAX_ID_LENGTH = 64
+MAX_OUTCOMES = 32  # entries of a batch's episode summary
 
 
 def expect(message: Any, kind: str) -> dict:
@@ -85,3 +99,22 @@ def check_transitions(
     if not count:
         raise ProtocolError("a batch holds at least one transition")
     return count
+
+
+def check_outcomes(outcomes: Any) -> dict[str, float]:
+    """A batch's episode summary: short names to finite numbers, with a positive "episodes" count."""
+    if (
+        not isinstance(outcomes, dict)
+        or not 0 < len(outcomes) <= MAX_OUTCOMES
+        or not all(isinstance(k, str) and 0 < len(k) <= MAX_ID_LENGTH and k.isprintable() for k in outcomes)
+        or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+            for v in outcomes.values()
+        )
+        or not outcomes.get("episodes", 0) > 0
+    ):
+        raise ProtocolError(
+            f"episodes must map up to {MAX_OUTCOMES} names to finite numbers, with a positive 'episodes' "
+            "count"
+        )
+    return outcomes

@@ -16,6 +16,7 @@ from embodrl.remote.learner import LOG_DIR, Learner
 from embodrl.remote.protocol import packb
 from embodrl.remote.transition_log import TransitionLog
 from embodrl.train.checkpointing import LAST, load_trainer_state
+from embodrl.train.logger import read_metrics
 from tests.remote.tiny import TINY
 
 
@@ -44,7 +45,13 @@ def test_the_learner_trains_on_what_actors_send_and_resumes_from_its_log(tmp_pat
     conn = ActorConnectionConfig(learner=f"ws://127.0.0.1:{learner.server.port}", wait_s=10)
     with LearnerClient(conn) as client:
         assert client.policy_spec["read_keys"] == ["state"]
-        for seed in range(30):
+        client.submit(
+            pendulum_batch(2, 0), env_steps=2, episodes={"episodes": 1, "return": -10.0, "success": 0.0}
+        )
+        client.submit(
+            pendulum_batch(2, 1), env_steps=2, episodes={"episodes": 3, "return": -2.0, "success": 1.0}
+        )
+        for seed in range(2, 30):
             client.submit(pendulum_batch(2, seed), env_steps=2)
         assert client.flush(30)
     learning.join(60)
@@ -53,6 +60,11 @@ def test_the_learner_trains_on_what_actors_send_and_resumes_from_its_log(tmp_pat
     assert state["iteration"] == 2 and state["remote"]["updates"] == 20
     assert state["replay"]["size"] == state["remote"]["received"] == 60
     assert state["remote"]["last_seq"] == {"actor-0": 29}
+    first, second = read_metrics(tmp_path)
+    assert (first["rollout/episodes"], first["rollout/return"], first["rollout/success"]) == (4, -4.0, 0.75)
+    assert (
+        "rollout/episodes" not in second and first["rollout/env_steps"] <= second["rollout/env_steps"] == 60
+    )
 
     # acknowledged after that checkpoint (a kill came before the next one): only in the log
     log = TransitionLog(tmp_path / LOG_DIR, state["remote"]["first_segment"])
