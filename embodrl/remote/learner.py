@@ -55,6 +55,11 @@ class Learner(OffPolicyRunner):
     def __init__(
         self, cfg: ExperimentConfig, run_dir: Path, server_cfg: LearnerServerConfig, resume: bool = False
     ) -> None:
+        if cfg.algo.on_policy:
+            raise UserError(
+                f"`embodrl learner` trains off-policy from the actors' transitions; "
+                f"algo.name={cfg.algo.name} learns on-policy: use algo=sac, or `embodrl train`"
+            )
         if cfg.algo.noise_policy:  # the actors would have to decode the noise through the steered policy
             raise UserError(
                 "algo.noise_policy is not supported by `embodrl learner` yet; train it with `embodrl train`"

@@ -86,7 +86,11 @@ def test_the_learner_trains_on_what_actors_send_and_resumes_from_its_log(tmp_pat
     resumed.env.close()
 
 
-def test_noise_space_rl_is_refused_in_one_line(tmp_path):
-    cfg = compose("sac_pendulum", [*TINY, f"algo.noise_policy={tmp_path}"])
-    with pytest.raises(UserError, match="not supported by `embodrl learner`"):
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [(["algo=ppo"], "algo.name=ppo learns on-policy"), (["algo.noise_policy=DIR"], "not supported by")],
+)
+def test_what_the_learner_cannot_train_is_refused_in_one_line(overrides, message, tmp_path):
+    cfg = compose("sac_pendulum", [*TINY, *overrides])
+    with pytest.raises(UserError, match=message):
         Learner(cfg, tmp_path, LearnerServerConfig(port=0))
