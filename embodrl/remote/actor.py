@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,11 @@ class ActorStats:
     env_steps: int = 0
     episodes: int = 0
     version: int = 0  # of the weights acting
+
+
+def actor_seed(seed: int, actor_id: str) -> int:
+    """The experiment's seed made the actor's own: actors of one experiment explore differently."""
+    return (seed + zlib.crc32(actor_id.encode())) % 2**31
 
 
 def policy_from_spec(spec: dict, device: str = "cpu") -> Policy:
@@ -90,7 +96,8 @@ class SimActor:
         self.env, self.client, self.batch_steps = env, client, batch_steps
         self.policy = policy_from_spec(client.policy_spec, device)
         self.keys = tuple(client.policy_spec["read_keys"])
-        self.generator = torch.Generator().manual_seed(seed)
+        self.seed = actor_seed(seed, client.cfg.actor_id)
+        self.generator = torch.Generator().manual_seed(self.seed)  # the uniform actions before weights
         self.stats = ActorStats()
         self.episodes = EpisodeTracker.zeros(env.num_envs)  # episodes run on across batches
 
@@ -113,7 +120,8 @@ class SimActor:
     def run(self, decisions: int = 0, status_every_s: float = 10.0) -> ActorStats:
         """Act until `decisions` transitions are played (0: until interrupted); the last partial batch is
         sent too. Prints a status line every `status_every_s`."""
-        obs = self.env.reset()
+        torch.manual_seed(self.seed)  # the policy's samples
+        obs = self.env.reset(seed=self.seed)
         pending: list[tuple[TensorDict, StepResult]] = []
         next_status = time.monotonic() + status_every_s
         try:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.sync.client import ClientConnection, connect
 
 from embodrl.deploy.config import API_KEY_VARIABLE
@@ -80,7 +80,9 @@ class LearnerClient:
         self._backoff = cfg.reconnect_s
         self._ws: ClientConnection | None = self._open(cfg.wait_s)
         welcome = self._hello()
-        self.policy_spec: dict = welcome["policy"]  # {family, policy, obs_shapes}: what the weights fit
+        self.policy_spec: dict = welcome[
+            "policy"
+        ]  # {family, policy, obs_shapes, read_keys}: the weights' policy
         self._have: tuple[str, int] = ("", 0)  # the learner run and version of the newest weights received
         self._next_seq = welcome["last_seq"] + 1  # a restarted actor continues its numbering
         self._thread = threading.Thread(target=self._run, name="embodrl-learner-client", daemon=True)
@@ -183,6 +185,10 @@ class LearnerClient:
                     else ""
                 )
                 raise LearnerRefused(f"{uri} refused the connection (HTTP {status}){hint}") from error
+            except InvalidHandshake as error:
+                raise LearnerRefused(
+                    f"{uri} is not a learner (the websocket handshake failed: {error})"
+                ) from error
             except (OSError, TimeoutError) as error:
                 if time.monotonic() >= deadline:
                     reason = getattr(error, "strerror", None) or type(error).__name__

@@ -73,7 +73,7 @@ class Learner(OffPolicyRunner):
         for record in transition_log.records():  # acknowledged after the last checkpoint
             batch = unpackb(record)
             if batch["seq"] > last_seq.get(batch["actor"], -1):
-                self._take(Arrival(batch["transitions"], batch["env_steps"]))
+                self._take(Arrival(batch["transitions"], batch["env_steps"], batch.get("episodes")))
                 last_seq[batch["actor"]] = batch["seq"]
         if self.remote.received > received:
             log.info(

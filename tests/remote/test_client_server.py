@@ -12,6 +12,7 @@ import pytest
 from websockets.sync.client import connect
 
 from embodrl.cli import main
+from embodrl.remote.actor import actor_seed
 from embodrl.remote.client import LearnerClient, LearnerError
 from embodrl.remote.config import ActorConnectionConfig, LearnerServerConfig
 from embodrl.remote.intake import Intake
@@ -188,3 +189,8 @@ def test_the_commands_have_help(command, capsys):
     assert done.value.code == 0
     text = capsys.readouterr().out
     assert "acknowledg" in text and "EMBODRL_API_KEY" in text and "%%" not in text
+
+
+def test_actors_of_one_experiment_explore_differently():
+    assert actor_seed(0, "actor-0") != actor_seed(0, "actor-1")
+    assert actor_seed(0, "actor-0") == actor_seed(0, "actor-0") < 2**31
