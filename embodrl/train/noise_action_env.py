@@ -21,6 +21,7 @@ from embodrl.config import ExperimentConfig
 from embodrl.errors import UserError
 from embodrl.policies.base import Policy, no_noise_input
 from embodrl.policies.loading import load_policy
+from embodrl.policies.normalization import STAT_NAMES
 from embodrl.sims.base import ActionSpec, StepResult, VecEnv
 from embodrl.sims.wrapped import WrappedEnv
 
@@ -46,6 +47,17 @@ class NoiseActionEnv(WrappedEnv):
     @property
     def action_spec(self) -> ActionSpec:
         return ActionSpec(dim=self.base.noise_shape[1], low=-self.bound, high=self.bound)
+
+    def prepare_actor(self, actor: Policy) -> None:
+        """Set a new actor's normalization for this space: observations as the steered policy normalizes them
+        (a few demos' stats: raw positions differ by centimetres), and its tanh's [-1, 1] onto the bound."""
+        stats = {
+            key: {name: getattr(norm, name) for name in STAT_NAMES}
+            for key, norm in self.base.normalizers.items()
+            if key != "action"
+        }
+        dim = self.action_spec.dim
+        actor.set_normalization({**stats, "action": {"q01": [-self.bound] * dim, "q99": [self.bound] * dim}})
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> TensorDict:
         self.obs = super().reset(seed, options)
@@ -74,7 +86,7 @@ class NoiseActionEnv(WrappedEnv):
 def steer_noise(cfg: ExperimentConfig, env: VecEnv) -> tuple[ExperimentConfig, NoiseActionEnv]:
     """For `algo.noise_policy`: `env` behind the steered policy, and the experiment with an actor for that
     space: it emits the policy's noise shape, its checkpoint names the policy (`policy.steers`), and its
-    tanh output spans the noise bound (quantile normalization between the env's action bounds)."""
+    actions are quantile-normalized (`NoiseActionEnv.prepare_actor` maps them onto the bound)."""
     if cfg.policy.init_from:
         raise UserError(
             "algo.noise_policy trains a new actor in the steered policy's noise space; drop policy.init_from "

@@ -58,11 +58,8 @@ class OffPolicyRunner(Runner):
             cfg, self.env = steer_noise(cfg, self.env)
             self.cfg = cfg
         self.policy = build_policy(cfg, self.env)
-        spec = self.env.action_spec
-        if not cfg.policy.init_from and math.isfinite(spec.high - spec.low):
-            # a new actor's quantile action normalization maps its tanh's [-1, 1] onto the env's bounds
-            bounds = {"q01": [spec.low] * spec.dim, "q99": [spec.high] * spec.dim}
-            self.policy.set_normalization({"action": bounds})
+        if cfg.algo.noise_policy:
+            self.env.prepare_actor(self.policy)
         self.algo = registry.get("off_policy", cfg.algo.name)(self.policy, cfg.algo)
         self.keys = self.policy.cfg.read_keys  # what the buffer keeps of each observation
         self.buffer = ReplayBuffer(cfg.algo.buffer_size)

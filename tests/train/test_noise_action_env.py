@@ -29,7 +29,7 @@ def save_flow_policy(directory, family: str = "flow"):
     torch.manual_seed(0)
     cfg = PolicyConfig(family=family, chunk_size=2, action_dim=1, flow=FlowConfig(hidden_dims=(16,)))
     policy = make_policy(cfg, {"state": (3,)})
-    policy.set_normalization({"action": {"mean": [0.5], "std": [0.8]}})
+    policy.set_normalization({"action": {"mean": [0.5], "std": [0.8]}, "state": {"mean": [0.1, 0.2, 0.3]}})
     policy.save_pretrained(directory)
     return directory
 
@@ -87,6 +87,8 @@ def test_a_dsrl_run_resumes_exactly_and_evaluates_through_the_policy_it_steers(t
     assert all(torch.equal(v, before[k]) for k, v in runner.env.base.state_dict().items())  # frozen
     saved = load_policy(whole / LAST / POLICY_DIR)
     assert saved.cfg.steers == str(base.resolve()) and saved.chunk_shape == (2, 1)
+    assert saved.normalizers["state"].mean.tolist() == pytest.approx([0.1, 0.2, 0.3])  # the steered policy's
+    assert saved.normalizers["action"].unnormalize(torch.ones(1)).item() == pytest.approx(BOUND)
     out = tmp_path / "eval"
     args = [
         "eval",
