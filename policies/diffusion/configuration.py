@@ -27,6 +27,9 @@ class DiffusionConfig:
     readout_heads: int = 4
     hidden_dims: tuple[int, ...] = (256, 256, 256)  # epsilon MLP on [features, x_t, time features]
     num_time_frequencies: int = 6
+    # (noise, timestep) draws per observation in the SFT loss: the features (a VLA prefix pass) are computed
+    # once and the denoiser MLP, cheap beside them, sees R draws (one per frame starves it at small batches)
+    sft_samples_per_obs: int = 1
     scheduler: str = "ddpm"
     beta_schedule: str = "squaredcos_cap_v2"  # DPPO's cosine schedule
     num_train_timesteps: int = 20  # DPPO's K for DDPM; DDIM configs train on more (e.g. 100)
@@ -51,6 +54,7 @@ class DiffusionConfig:
             "num_inference_steps",
             "ft_denoising_steps",
             "num_time_frequencies",
+            "sft_samples_per_obs",
             "readout_queries",
             "readout_heads",
         ):

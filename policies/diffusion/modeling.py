@@ -17,7 +17,7 @@ from embodrl.policies.diffusion.dppo import DenoisingMDP
 from embodrl.policies.modules.logprob import reduce_logprob
 from embodrl.policies.modules.mlp import mlp
 from embodrl.policies.modules.obs_encoder import ObsEncoder
-from embodrl.policies.modules.sft import check_action_batch, masked_mean
+from embodrl.policies.modules.sft import check_action_batch, masked_mean, zero_padded_steps
 from embodrl.policies.modules.time_features import time_features
 from embodrl.policies.vla.prefix import (
     VLAPolicy,
@@ -139,8 +139,13 @@ class DiffusionPolicy(VLAPolicy):
         return self._value(obs, self.features(obs) if self.value_encoder is None else None)
 
     def sft_loss(self, batch: TensorDict) -> torch.Tensor:
-        """Noise-prediction MSE on the normalized demo chunk, ignoring padded steps."""
+        """Noise-prediction MSE on the normalized demo chunk, ignoring padded steps, over
+        `diffusion.sft_samples_per_obs` (noise, timestep) draws per frame."""
+        is_pad = batch.get("action_is_pad", None)  # [B, C] bool
         target = self.normalizers["action"](check_action_batch(batch, self.chunk_shape)).clamp(-1.0, 1.0)
+        target = zero_padded_steps(target, is_pad)  # the denoiser reads the whole noisy chunk
         features = self.features(batch, augment=True)
-        terms = self.mdp.sft_loss_terms(target, self._eps_model(features))
-        return masked_mean(terms, batch.get("action_is_pad", None)) + self._aux_loss(batch, features)
+        repeats = self.cfg.diffusion.sft_samples_per_obs
+        terms = self.mdp.sft_loss_terms(target.repeat_interleave(repeats, dim=0), self._eps_model(features))
+        pad = None if is_pad is None else is_pad.repeat_interleave(repeats, dim=0)
+        return masked_mean(terms, pad) + self._aux_loss(batch, features)

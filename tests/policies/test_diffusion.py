@@ -149,3 +149,30 @@ def test_the_attention_readout_tells_apart_prefixes_that_pool_alike():
     changed = hidden.clone()
     changed[0, 4] = 100.0
     torch.testing.assert_close(attention(hidden, masked)[:, 16:], attention(changed, masked)[:, 16:])
+
+
+def test_sft_draws_several_noises_per_frame_from_one_prefix_pass_and_ignores_padded_steps():
+    vla = {"obs_keys": ("rgb",), "diffusion": {"conditioning": "vla", "sft_samples_per_obs": 4}}
+    policy = build("diffusion", **vla)
+    passes = []
+    policy.prefix_encoder.register_forward_hook(lambda *_: passes.append(1))
+    batch = make_obs()
+    c, a = policy.chunk_shape
+    batch["action"] = torch.rand(N, c, a) * 2 - 1
+    batch["action_is_pad"] = torch.zeros(N, c, dtype=torch.bool)
+    batch["action_is_pad"][:, -1] = True
+    torch.manual_seed(0)
+    loss = policy.sft_loss(batch)
+    assert len(passes) == 1 and loss.dim() == 0 and loss.requires_grad
+    batch["action"][:, -1] = 0.9  # padded targets must not matter
+    torch.manual_seed(0)
+    torch.testing.assert_close(policy.sft_loss(batch), loss)
+    # four draws per frame: the loss of one seed is the mean of four single-draw losses' worth of terms
+    single = build("diffusion", obs_keys=("rgb",), diffusion={"conditioning": "vla"})
+    single.load_state_dict(policy.state_dict())
+    losses = []
+    for seed in range(8):
+        torch.manual_seed(seed)
+        losses.append((policy.sft_loss(batch).item(), single.sft_loss(batch).item()))
+    spread = torch.tensor(losses).std(0)
+    assert spread[0] < spread[1]  # averaging over more draws steadies the loss
