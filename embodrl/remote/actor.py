@@ -140,13 +140,14 @@ class SimActor:
                 if time.monotonic() >= next_status:
                     print(self.status(), flush=True)
                     next_status = time.monotonic() + status_every_s
-        finally:
-            if pending and self.client.error is None:
-                self._submit(pending)
+        finally:  # the last partial batch, unless the outbox is full (the learner away): stopping never waits
+            if pending and self.client.error is None and not self._submit(pending, wait=False):
+                logger.warning("the outbox is full: the last %d steps are not sent", len(pending))
         return self.stats
 
-    def _submit(self, pending: list[tuple[TensorDict, StepResult]]) -> None:
-        """Send a batch with the outcomes of the episodes that ended in it (the learner logs them)."""
+    def _submit(self, pending: list[tuple[TensorDict, StepResult]], wait: bool = True) -> bool:
+        """Send a batch with the outcomes of the episodes that ended in it (the learner logs them); whether
+        it was queued (see LearnerClient.submit's `wait`)."""
         transitions, results = zip(*pending, strict=True)
         steps = torch.stack([r.steps_executed for r in results])
         self.episodes.record_rollout(
@@ -156,11 +157,13 @@ class SimActor:
             torch.stack([r.success for r in results]),
         )
         outcomes = self.episodes.pop()
-        self.client.submit(
+        seq = self.client.submit(
             to_arrays(torch.cat(transitions)),
             int(steps.sum()),
             episodes=outcomes if outcomes["episodes"] else None,
+            wait=wait,
         )
+        return seq is not None
 
     def status(self) -> str:
         stats, client = self.stats, self.client.stats

@@ -90,17 +90,24 @@ class LearnerClient:
 
     # ---- the acting side ---------------------------------------------------------------------------
     def submit(
-        self, transitions: dict[str, Any], env_steps: int, episodes: dict[str, float] | None = None
-    ) -> int:
+        self,
+        transitions: dict[str, Any],
+        env_steps: int,
+        episodes: dict[str, float] | None = None,
+        wait: bool = True,
+    ) -> int | None:
         """Queue a batch of transitions (arrays [B, ...], protocol.py) for the learner; returns its sequence
         number. `episodes`: the mean outcomes of the episodes that ended in it ({"episodes": count, "return":
         mean, "success": mean, ...}), which the learner logs as rollout/*. A full outbox makes it wait for
-        room (or drop the oldest batch: `drop_when_full`). Raises the error that stopped the connection
-        thread, if one did."""
+        room (or drop the oldest batch: `drop_when_full`); with `wait` false it then queues nothing and
+        returns None (an actor that is stopping). Raises the error that stopped the connection thread, if
+        one did."""
         if self.error is not None:
             raise self.error
         count = len(transitions["reward"])
-        with self._lock:
+        with self._room:
+            if not wait and len(self._outbox) >= self.cfg.max_unacked_batches and not self.cfg.drop_when_full:
+                return None
             seq, self._next_seq = self._next_seq, self._next_seq + 1
         message = {
             "type": "batch",
@@ -114,6 +121,8 @@ class LearnerClient:
             while len(self._outbox) >= self.cfg.max_unacked_batches and not self.cfg.drop_when_full:
                 if self.error is not None:
                     raise self.error
+                if self._closing.is_set():
+                    raise LearnerError(f"the connection to {self.cfg.learner} is closed")
                 self._room.wait(WAIT_SLICE_S)
             if len(self._outbox) >= self.cfg.max_unacked_batches:
                 self._outbox.popleft()

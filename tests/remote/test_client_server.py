@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -194,3 +195,35 @@ def test_the_commands_have_help(command, capsys):
 def test_actors_of_one_experiment_explore_differently():
     assert actor_seed(0, "actor-0") != actor_seed(0, "actor-1")
     assert actor_seed(0, "actor-0") == actor_seed(0, "actor-0") < 2**31
+
+
+@pytest.mark.parametrize("drop_when_full", [False, True])
+def test_a_full_outbox_while_the_learner_is_away(drop_when_full, tmp_path):
+    server = learner(tmp_path)
+    actor = client(server, max_unacked_batches=1, drop_when_full=drop_when_full)
+    try:
+        server.stop()
+        server.intake.close()
+        wait_for(lambda: not actor.connected)
+        assert actor.submit(batch(), env_steps=4) == 0
+        if drop_when_full:  # a robot goes on: the oldest unacknowledged batch makes room
+            assert actor.submit(batch(), env_steps=4) == 1 and actor.stats.dropped == 1
+        else:  # a simulator waits for room; one that is stopping queues nothing
+            assert actor.submit(batch(), env_steps=4, wait=False) is None and actor.unacked == 1
+            raised = []
+
+            def submit() -> None:
+                try:
+                    actor.submit(batch(), env_steps=4)
+                except LearnerError as error:
+                    raised.append(error)
+
+            waiting = threading.Thread(target=submit, daemon=True)
+            waiting.start()
+            waiting.join(0.3)
+            assert waiting.is_alive() and actor.unacked == 1
+            actor.close()
+            waiting.join(2)  # closing ends the wait
+            assert not waiting.is_alive() and "is closed" in str(raised[0])
+    finally:
+        actor.close()
