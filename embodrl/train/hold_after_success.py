@@ -6,10 +6,11 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from embodrl.sims.base import ActionSpec, StepResult, TensorSpec, VecEnv
+from embodrl.sims.base import StepResult, VecEnv
+from embodrl.sims.wrapped import WrappedEnv
 
 
-class HoldAfterSuccess(VecEnv):
+class HoldAfterSuccess(WrappedEnv):
     """Wraps an env whose own success does not end its episodes (`env.terminate_on_success=false`) when
     `hold_steps > 0`: an episode ends `hold_steps` steps after its first success (its outcome: the success
     of that last step), or unsuccessful after `max_steps` (None: when the env ends it). With `hold_steps=0`
@@ -18,31 +19,11 @@ class HoldAfterSuccess(VecEnv):
     them (`reset_to`), as collect does."""
 
     def __init__(self, env: VecEnv, hold_steps: int, max_steps: int | None = None) -> None:
-        self.env, self.hold_steps, self.max_steps = env, hold_steps, max_steps
-        self.num_envs, self.device = env.num_envs, env.device
+        super().__init__(env)
+        self.hold_steps, self.max_steps = hold_steps, max_steps
         self.steps = torch.zeros(self.num_envs, dtype=torch.long)
         self.since_success = torch.full((self.num_envs,), -1)  # steps since the first success; -1: none yet
         self.success_now = torch.zeros(self.num_envs, dtype=torch.bool)
-
-    @property
-    def action_spec(self) -> ActionSpec:
-        return self.env.action_spec
-
-    @property
-    def observation_spec(self) -> dict[str, TensorSpec]:
-        return self.env.observation_spec
-
-    @property
-    def instruction_table(self) -> list[str]:
-        return self.env.instruction_table
-
-    @property
-    def num_init_states(self) -> int:
-        return self.env.num_init_states
-
-    @property
-    def episode_flag_names(self) -> tuple[str, ...]:
-        return self.env.episode_flag_names
 
     def _clear(self, env_ids: torch.Tensor) -> None:
         self.steps[env_ids], self.since_success[env_ids], self.success_now[env_ids] = 0, -1, False
@@ -82,15 +63,3 @@ class HoldAfterSuccess(VecEnv):
             device=res.device,
             episode_flags=dict(res.episode_flags.items()),
         )
-
-    def render(self, env_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return self.env.render(env_ids)
-
-    def expert_actions(self) -> torch.Tensor:
-        return self.env.expert_actions()
-
-    def instructions(self, task_id: torch.Tensor) -> list[str]:
-        return self.env.instructions(task_id)
-
-    def close(self) -> None:
-        self.env.close()
