@@ -118,14 +118,14 @@ class SimActor:
         return spec.low + (spec.high - spec.low) * uniform
 
     def run(self, decisions: int = 0, status_every_s: float = 10.0) -> ActorStats:
-        """Act until `decisions` transitions are played (0: until interrupted); the last partial batch is
-        sent too. Prints a status line every `status_every_s`."""
+        """Act until `decisions` transitions are played (0: until interrupted) or the learner finished its
+        run; the last partial batch is sent too. Prints a status line every `status_every_s`."""
         torch.manual_seed(self.seed)  # the policy's samples
         obs = self.env.reset(seed=self.seed)
         pending: list[tuple[TensorDict, StepResult]] = []
         next_status = time.monotonic() + status_every_s
         try:
-            while not decisions or self.stats.decisions < decisions:
+            while (not decisions or self.stats.decisions < decisions) and not self.client.finished:
                 self._load_new_weights()
                 actions = self._actions(obs)
                 result = self.env.step(actions)
@@ -141,7 +141,8 @@ class SimActor:
                     print(self.status(), flush=True)
                     next_status = time.monotonic() + status_every_s
         finally:  # the last partial batch, unless the outbox is full (the learner away): stopping never waits
-            if pending and self.client.error is None and not self._submit(pending, wait=False):
+            sendable = self.client.error is None and not self.client.finished
+            if pending and sendable and not self._submit(pending, wait=False):
                 logger.warning("the outbox is full: the last %d steps are not sent", len(pending))
         return self.stats
 
@@ -167,7 +168,13 @@ class SimActor:
 
     def status(self) -> str:
         stats, client = self.stats, self.client.stats
-        link = "connected" if self.client.connected else "learner away"
+        link = (
+            "learner finished"
+            if self.client.finished
+            else "connected"
+            if self.client.connected
+            else "learner away"
+        )
         return (
             f"actor {self.client.cfg.actor_id}: {stats.decisions} transitions, {stats.episodes} episodes, "
             f"weights v{stats.version}; acked up to batch {client.last_acked_seq} "
@@ -194,7 +201,7 @@ def run_actor(
         try:
             actor.run(decisions, status_every_s)
         finally:
-            if not client.flush(flush_s):
+            if not client.flush(flush_s) and not client.finished:
                 logger.warning("leaving %d batches unacknowledged (the learner is away)", client.unacked)
         if client.error is not None:
             raise client.error

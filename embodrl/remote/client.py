@@ -30,7 +30,7 @@ from websockets.sync.client import ClientConnection, connect
 from embodrl.deploy.config import API_KEY_VARIABLE
 from embodrl.errors import UserError
 from embodrl.remote.config import ActorConnectionConfig
-from embodrl.remote.protocol import ProtocolError, expect, packb, unpackb
+from embodrl.remote.protocol import FINISHED, ProtocolError, expect, packb, unpackb
 
 logger = logging.getLogger(__name__)
 WAIT_SLICE_S = 0.5  # how often a submit waiting for room checks whether the connection thread failed
@@ -72,6 +72,7 @@ class LearnerClient:
         self._headers = {"Authorization": f"Api-Key {cfg.api_key}"} if cfg.api_key else None
         self.stats = ClientStats()
         self.error: LearnerError | None = None  # what stopped the thread; raised by the next `submit`
+        self.finished = False  # the learner ran all its iterations: nothing more to send
         self._outbox: deque[_Batch] = deque()
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)  # notified when the outbox shrinks
@@ -100,10 +101,12 @@ class LearnerClient:
         number. `episodes`: the mean outcomes of the episodes that ended in it ({"episodes": count, "return":
         mean, "success": mean, ...}), which the learner logs as rollout/*. A full outbox makes it wait for
         room (or drop the oldest batch: `drop_when_full`); with `wait` false it then queues nothing and
-        returns None (an actor that is stopping). Raises the error that stopped the connection thread, if
-        one did."""
+        returns None (an actor that is stopping), as it does once the learner `finished`. Raises the error
+        that stopped the connection thread, if one did."""
         if self.error is not None:
             raise self.error
+        if self.finished:
+            return None
         count = len(transitions["reward"])
         with self._room:
             if not wait and len(self._outbox) >= self.cfg.max_unacked_batches and not self.cfg.drop_when_full:
@@ -123,6 +126,8 @@ class LearnerClient:
                     raise self.error
                 if self._closing.is_set():
                     raise LearnerError(f"the connection to {self.cfg.learner} is closed")
+                if self.finished:
+                    return None
                 self._room.wait(WAIT_SLICE_S)
             if len(self._outbox) >= self.cfg.max_unacked_batches:
                 self._outbox.popleft()
@@ -152,7 +157,7 @@ class LearnerClient:
     def flush(self, timeout_s: float) -> bool:
         """Wait up to `timeout_s` for every queued batch to be acknowledged; whether they all were."""
         deadline = time.monotonic() + timeout_s
-        while self._outbox and self.error is None and time.monotonic() < deadline:
+        while self._outbox and self.error is None and not self.finished and time.monotonic() < deadline:
             time.sleep(0.02)
         return not self._outbox
 
@@ -266,6 +271,10 @@ class LearnerClient:
                         self._wake.wait(max(0.0, next_pull - time.monotonic()))
                 except (ConnectionClosed, OSError, TimeoutError, ProtocolError) as error:
                     if self._closing.is_set():
+                        break
+                    if isinstance(error, ConnectionClosed) and error.rcvd and error.rcvd.reason == FINISHED:
+                        logger.info("%s at %s", FINISHED, self.cfg.learner)
+                        self.finished = True
                         break
                     self._lose(error)
         except LearnerError as error:

@@ -63,6 +63,8 @@ class Intake:
                 self._changed.wait(WAIT_SLICE_S)
         with self._logging:
             with self._changed:
+                if self._closed:
+                    raise LearnerClosing("the learner is shutting down")
                 if self._duplicate(actor, seq):
                     return True
             self.log.append(record)

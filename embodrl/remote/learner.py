@@ -98,9 +98,11 @@ class Learner(OffPolicyRunner):
     def learn(self) -> dict:
         with self.server:
             try:
-                return super().learn()
+                final = super().learn()
             finally:
                 self.intake.close()
+            self.server.stop(finished=True)  # all iterations done: the actors stop too
+            return final
 
     def _take(self, arrival: Arrival) -> None:
         transitions = to_tensors(arrival.transitions, self.cfg.device)

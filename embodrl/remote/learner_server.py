@@ -16,12 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
 
 from embodrl.deploy.server import LOOPBACK, client, health_or_refusal
 from embodrl.errors import UserError
 from embodrl.remote.config import LearnerServerConfig
 from embodrl.remote.intake import Arrival, Intake, LearnerClosing
 from embodrl.remote.protocol import (
+    FINISHED,
     ProtocolError,
     check_actor_id,
     check_outcomes,
@@ -50,6 +52,7 @@ class LearnerServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._start_error: BaseException | None = None
+        self._finished = False
 
     def publish(self, version: int, state: dict[str, np.ndarray]) -> None:
         """Serve `state` as weights `version` from now on."""
@@ -68,12 +71,16 @@ class LearnerServer:
             raise RuntimeError(f"the learner did not start listening within {START_TIMEOUT_S} s")
         return self
 
-    def stop(self) -> None:
+    def stop(self, finished: bool = False) -> None:
+        """Close the listener and every connection: with `finished`, telling the actors to stop (protocol's
+        FINISHED); otherwise they reconnect to the learner's next start."""
+        self._finished = self._finished or finished
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(timeout=START_TIMEOUT_S)
             self._thread = None
+        self._loop = None  # closed: a second stop has nothing to do
 
     def __enter__(self) -> LearnerServer:
         return self.start()
@@ -119,6 +126,8 @@ class LearnerServer:
                     )
                 started.set()
                 await self._stop.wait()
+                if self._finished:  # (leaving `async with` closes with "going away" otherwise)
+                    server.close(code=CloseCode.NORMAL_CLOSURE, reason=FINISHED)
         finally:
             self._storer.shutdown(wait=False, cancel_futures=True)
 
@@ -150,8 +159,10 @@ class LearnerServer:
                 except ProtocolError as error:
                     logger.warning("refused a message from %s: %s", client(ws), error)  # never the payload
                     await ws.send(f"error: {error}")
-        except (ConnectionClosed, LearnerClosing):
-            pass  # the actor left (it resends what was not acknowledged), or the learner stops
+        except ConnectionClosed:
+            pass  # the actor left (it resends what was not acknowledged)
+        except LearnerClosing:  # its batch is not stored: no reply; stop() closes, saying whether finished
+            await ws.wait_closed()
 
     def _welcome(self, actor: str) -> bytes:
         version = self._weights[0]

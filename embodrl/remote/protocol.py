@@ -10,7 +10,9 @@ actor -> learner                                   learner -> actor
   {"type": "pull", "learner": run id, "version": v}  {"type": "weights", "learner": run id, "version": v,
                                                       "state": {name: array}}  (no "state": unchanged)
 
-A batch the learner cannot take is answered with a text frame "error: <reason>". `transitions` holds
+A batch the learner cannot take is answered with a text frame "error: <reason>". A learner that ran all
+its iterations closes every connection with reason FINISHED (its actors stop); any other close means
+the learner is away (its actors reconnect). `transitions` holds
 arrays [B, ...]: "obs" and "next_obs" (maps of the policy's observation keys), "action" [B, C, A] float32,
 "reward" [B] float32, "terminated" [B] bool. `episodes` sums up the episodes that ended in the batch:
 {"episodes": count, "return": mean, "length": mean, "success": mean, <the env's flags>: mean}. Sequence
@@ -30,6 +32,7 @@ import numpy as np
 from embodrl.deploy.protocol import ProtocolError, packb, unpackb
 
 __all__ = [
+    "FINISHED",
     "ProtocolError",
     "check_actor_id",
     "check_outcomes",
@@ -42,6 +45,7 @@ __all__ = [
 OBSERVATIONS = ("obs", "next_obs")
 FIXED_DTYPES = {"action": np.float32, "reward": np.float32, "terminated": np.bool_}
 MAX_ID_LENGTH = 64
+FINISHED = "the learner finished its run"  # the close reason that stops actors
 MAX_OUTCOMES = 32  # entries of a batch's episode summary
 
 

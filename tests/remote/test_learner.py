@@ -4,6 +4,7 @@ batch, and a resumed learner replays the log records the checkpoint lacks and pu
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -54,8 +55,12 @@ def test_the_learner_trains_on_what_actors_send_and_resumes_from_its_log(tmp_pat
         for seed in range(2, 30):
             client.submit(pendulum_batch(2, seed), env_steps=2)
         assert client.flush(30)
-    learning.join(60)
-    assert not learning.is_alive()
+        learning.join(60)
+        assert not learning.is_alive()
+        deadline = time.monotonic() + 5
+        while not client.finished and time.monotonic() < deadline:  # told that the run is over
+            time.sleep(0.02)
+        assert client.finished and client.submit(pendulum_batch(2, 30), env_steps=2) is None
     state = load_trainer_state(tmp_path / LAST)
     assert state["iteration"] == 2 and state["remote"]["updates"] == 20
     assert state["replay"]["size"] == state["remote"]["received"] == 60
