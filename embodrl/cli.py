@@ -390,11 +390,15 @@ def cmd_learner(args: argparse.Namespace) -> None:
 def cmd_actor(args: argparse.Namespace) -> None:
     import logging
 
+    from embodrl.choices import check_positive
     from embodrl.config import compose
     from embodrl.remote.actor import run_actor
     from embodrl.remote.config import ActorConnectionConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    check_positive("--batch-steps", args.batch_steps)
+    check_positive("--transitions", args.transitions, allow_zero=True)
+    check_positive("--status-every", args.status_every)
     experiment, overrides = _experiment_and_overrides(args.config)
     cfg = compose(experiment, overrides)
     if cfg.train.torch_threads:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict
 
+from embodrl.choices import check_positive
 from embodrl.engine.episode_tracker import EpisodeTracker
 from embodrl.errors import UserError
 from embodrl.policies.base import Policy
@@ -90,8 +91,7 @@ class SimActor:
     def __init__(
         self, env: VecEnv, client: LearnerClient, batch_steps: int, seed: int = 0, device: str = "cpu"
     ) -> None:
-        if batch_steps < 1:
-            raise UserError(f"--batch-steps={batch_steps} must be >= 1")
+        check_positive("--batch-steps", batch_steps)
         check_env_fits(env, client.policy_spec)
         self.env, self.client, self.batch_steps = env, client, batch_steps
         self.policy = policy_from_spec(client.policy_spec, device)

@@ -29,8 +29,8 @@ class LearnerServerConfig:
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
-            raise ConfigError(f"port={self.port} must be in [0, 65535]")
-        check_positive("max_pending_batches", self.max_pending_batches)
+            raise ConfigError(f"--port={self.port} must be in [0, 65535]")
+        check_positive("--max-pending", self.max_pending_batches)  # what `embodrl learner` calls it
         check_positive("max_message_bytes", self.max_message_bytes)
         self.api_key = _check_key(self.api_key)
 
@@ -55,7 +55,7 @@ class ActorConnectionConfig:
     def __post_init__(self) -> None:
         for key in ("max_unacked_batches", "pull_every_s", "reconnect_s", "max_reconnect_s", "timeout_s"):
             check_positive(key, getattr(self, key))
-        check_positive("wait_s", self.wait_s, allow_zero=True)
+        check_positive("--wait", self.wait_s, allow_zero=True)  # what `embodrl actor` calls it
         if not self.learner.startswith(("ws://", "wss://")):
             self.learner = f"ws://{self.learner}"
         self.api_key = _check_key(self.api_key)

@@ -227,3 +227,19 @@ def test_a_full_outbox_while_the_learner_is_away(drop_when_full, tmp_path):
             assert not waiting.is_alive() and "is closed" in str(raised[0])
     finally:
         actor.close()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["learner", "--max-pending", "0"],
+        ["learner", "--port", "70000"],
+        ["actor", "--wait", "-1"],
+        ["actor", "--batch-steps", "0"],
+        ["actor", "--transitions", "-3"],
+    ],
+)
+def test_a_bad_flag_is_a_one_line_error_naming_it(argv, capsys):
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"error: {argv[1]}=" in error and "\n" not in error
