@@ -32,7 +32,9 @@ GROUP_PREFIXES = {
         "prefix_encoder.backbone.projector.",
         "encoder.images.",
     ),
-    "language": ("prefix_encoder.backbone.language_model.",),
+    # the language model and the state token's projection into it (a frozen VLM then leaves the whole
+    # prefix fixed, so RL can cache it)
+    "language": ("prefix_encoder.backbone.language_model.", "prefix_encoder.backbone.state_projection."),
 }
 CRITIC_PREFIXES = ("critic.", "value_encoder.")
 # Linear layers of the transformers ViTs / decoders (and pi0's expert) that receive adapters.

@@ -112,9 +112,8 @@ def test_bad_config_and_replay_are_errors():
 
 @pytest.mark.parametrize("readout", ["pool", "attention"])
 def test_a_frozen_vla_prefix_is_cached_for_the_update_and_gives_the_same_logprobs(readout):
-    # the camera and instruction only: a state token's projection trains with the head, so a prefix that
-    # reads the state is not frozen
-    vla = {"obs_keys": ("rgb",), "diffusion": {"conditioning": "vla", "prefix_readout": readout}}
+    # the state token's projection belongs to the frozen language group: a prefix reading it is cached too
+    vla = {"obs_keys": ("rgb", "state"), "diffusion": {"conditioning": "vla", "prefix_readout": readout}}
     policy = build("diffusion", **vla, train_expert_only=True, cache_frozen_prefix=True)
     prepare_finetuning(policy, policy.cfg)
     obs = make_obs()
