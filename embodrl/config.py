@@ -26,6 +26,7 @@ from embodrl.rewards.config import RewardConfig
 from embodrl.sims.config import EnvConfig
 from embodrl.structured import load_yaml, merge_to_object
 from embodrl.train.config import SFTConfig, TrainConfig
+from embodrl.train.intervention_config import InterventionConfig
 
 
 @dataclass
@@ -43,6 +44,16 @@ class ExperimentConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)  # the simulator's, or a learned one
+    # simulated takeovers by the scripted expert (off-policy training)
+    intervention: InterventionConfig = field(default_factory=InterventionConfig)
+
+    def __post_init__(self) -> None:
+        if self.intervention.mode != "none" and self.algo.on_policy:
+            raise ConfigError(
+                f"intervention.mode={self.intervention.mode} feeds the expert's steps to a demo "
+                f"buffer, which "
+                f"algo.name={self.algo.name} has not: use algo=sac"
+            )
 
 
 def groups() -> dict[str, type]:

@@ -188,11 +188,20 @@ class Policy(nn.Module, ABC):
         """Whether `sample_reparameterized` works (what off-policy algorithms check before they start)."""
         return False
 
-    def sample_reparameterized(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+    def frozen_features(self, obs: TensorDict) -> TensorDict | None:
+        """{camera key: features [N, ...]} of the policy's image encoders when none of them trains (a frozen
+        pretrained tower), else None. An off-policy learner stores them in its replay buffer in place of
+        the images and hands them back to `sample_reparameterized`: computed once per observation."""
+        return None
+
+    def sample_reparameterized(
+        self, obs: TensorDict, image_features: TensorDict | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Action chunks [N, C, A] in env units, drawn as a differentiable function of the actor's weights
         (the reparameterization trick), and their log-prob [N] (normalized units, summed over the chunk):
-        what an off-policy actor-critic (SAC) maximizes Q - alpha * log-prob through. Only families with
-        a tractable density of bounded actions implement it."""
+        what an off-policy actor-critic (SAC) maximizes Q - alpha * log-prob through. `image_features`
+        (from `frozen_features`) stand in for the cameras, whose entries in `obs` are then not read. Only
+        families with a tractable density of bounded actions implement it."""
         raise UserError(
             f"a {self.family} policy has no reparameterized sampler, which off-policy algorithms train "
             "through; use policy.family=gaussian with policy.gaussian.squash=tanh"

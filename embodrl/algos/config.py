@@ -76,6 +76,7 @@ class AlgoConfig:
     num_critics: int = 10  # Q ensemble size (LayerNorm MLPs); plain SAC: 2
     critic_subset: int = 2  # target: min over this many critics drawn at random per update (REDQ/RLPD)
     critic_hidden_dims: tuple[int, ...] = (256, 256)
+    critic_image_dim: int = 64  # each camera's frozen features projected to this width for the critics
     tau: float = 0.005  # Polyak averaging of the target critics
     init_temperature: float = 1.0
     target_entropy: float | None = None  # None: -(chunk_size * action_dim), i.e. -|A|
@@ -83,6 +84,7 @@ class AlgoConfig:
     # each batch then takes `demo_ratio` of its transitions from it (RLPD's symmetric sampling: 0.5)
     demo_dataset: str | None = None
     demo_ratio: float = 0.5
+    demo_episodes: int = 0  # the dataset's first N episodes only; 0: all
     # Noise-space RL (DSRL, Wagenmaker et al. 2025): a flow policy's checkpoint, kept frozen, whose initial
     # noise the actor picks (train/noise_action_env.py), within [-noise_bound, noise_bound]
     noise_policy: str | None = None
@@ -132,6 +134,8 @@ class AlgoConfig:
             )
         if not 0 < self.tau <= 1:
             raise ConfigError(f"algo.tau={self.tau} must lie in (0, 1]")
+        check_positive("algo.critic_image_dim", self.critic_image_dim)
+        check_positive("algo.demo_episodes", self.demo_episodes, allow_zero=True)
         if not 0 <= self.demo_ratio < 1:
             raise ConfigError(f"algo.demo_ratio={self.demo_ratio} must lie in [0, 1)")
         check_positive("algo.noise_bound", self.noise_bound)

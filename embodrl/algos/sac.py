@@ -20,6 +20,7 @@ from torch import nn
 
 from embodrl.algos.config import AlgoConfig
 from embodrl.errors import UserError
+from embodrl.obs_keys import IMAGE_KEYS
 
 
 class EnsembleLinear(nn.Module):
@@ -63,6 +64,47 @@ class CriticEnsemble(nn.Module):
         return self.net(inputs.expand(self.members, *inputs.shape)).squeeze(-1)
 
 
+class CameraProjection(nn.Module):
+    """A camera's frozen feature map [B, C, h, w] -> [B, dim]: a 1x1 convolution to 8 channels, flattened,
+    linear, LayerNorm, tanh (DrQ's encoder end), trained by the critic's loss."""
+
+    def __init__(self, shape: tuple[int, ...], dim: int) -> None:
+        super().__init__()
+        channels = 8
+        self.net = nn.Sequential(
+            nn.Conv2d(shape[0], channels, 1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(channels * math.prod(shape[1:]), dim),
+            nn.LayerNorm(dim),
+            nn.Tanh(),
+        )
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.net(features.float())
+
+
+class Critic(nn.Module):
+    """The Q ensemble on a vector input [B, in] beside projected camera features (one projection per camera,
+    shared by the members): Q-values [E, B]."""
+
+    def __init__(
+        self,
+        members: int,
+        vector_dim: int,
+        cameras: dict[str, tuple[int, ...]],
+        hidden_dims: tuple[int, ...],
+        image_dim: int,
+    ) -> None:
+        super().__init__()
+        self.cameras = nn.ModuleDict({k: CameraProjection(shape, image_dim) for k, shape in cameras.items()})
+        self.ensemble = CriticEnsemble(members, vector_dim + image_dim * len(cameras), hidden_dims)
+
+    def forward(self, vector: torch.Tensor, cameras: dict[str, torch.Tensor]) -> torch.Tensor:
+        parts = [self.cameras[k](cameras[k]) for k in self.cameras]
+        return self.ensemble(torch.cat([vector, *parts], dim=-1) if parts else vector)
+
+
 class SAC:
     """The critic ensemble, its targets, the temperature and the three optimizers around a policy."""
 
@@ -75,15 +117,19 @@ class SAC:
             )
         # an asymmetric critic reads policy.value_obs_keys (e.g. privileged state), else the actor's keys
         self.critic_keys = tuple(policy.cfg.value_obs_keys or policy.cfg.obs_keys)
-        images = [k for k in self.critic_keys if len(policy.obs_shapes[k]) != 1]
-        if images:
-            raise UserError(
-                f"algo=sac reads vector observations (state, privileged) only for now; the policy reads "
-                f"{images}: set policy.obs_keys to vector keys"
-            )
+        # cameras reach the learner as the policy's frozen features, which the replay buffer holds instead
+        self.camera_keys = tuple(k for k in policy.cfg.read_keys if k in IMAGE_KEYS)
+        feature_shapes = self._feature_shapes() if self.camera_keys else {}
         action_size = math.prod(policy.chunk_shape)
-        in_dim = sum(policy.obs_shapes[k][0] for k in self.critic_keys) + action_size
-        self.critic = CriticEnsemble(cfg.num_critics, in_dim, cfg.critic_hidden_dims).to(policy.device)
+        vector_dim = sum(policy.obs_shapes[k][0] for k in self.critic_keys if k not in IMAGE_KEYS)
+        critic_cameras = {k: feature_shapes[k] for k in self.critic_keys if k in IMAGE_KEYS}
+        self.critic = Critic(
+            cfg.num_critics,
+            vector_dim + action_size,
+            critic_cameras,
+            cfg.critic_hidden_dims,
+            cfg.critic_image_dim,
+        ).to(policy.device)
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_temperature = torch.tensor(
             math.log(cfg.init_temperature), device=policy.device, requires_grad=True
@@ -97,31 +143,66 @@ class SAC:
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
         self.temperature_optimizer = torch.optim.Adam([self.log_temperature], lr=cfg.actor_lr)
 
+    def _feature_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shapes of the frozen features that stand in for the cameras in the replay buffer."""
+        policy = self.policy
+        probe = TensorDict(
+            {k: torch.zeros(1, *policy.obs_shapes[k], dtype=torch.uint8) for k in self.camera_keys},
+            batch_size=[1],
+            device=policy.device,
+        )
+        features = policy.frozen_features(probe)
+        if features is None:
+            raise UserError(
+                f"algo=sac reads the cameras {list(self.camera_keys)} as frozen image features, computed "
+                "once per observation and kept in the replay buffer, which trained image encoders do not "
+                "give: use a frozen pretrained tower (policy.vision.tower=efficientnet-lite0) or vector keys"
+            )
+        return {k: tuple(features[k].shape[1:]) for k in self.camera_keys}
+
+    def stored_obs(self, obs: TensorDict) -> TensorDict:
+        """What the replay buffer keeps of env observations: the policy's keys, cameras as frozen features."""
+        stored = obs.select(*self.policy.cfg.read_keys)
+        if self.camera_keys:
+            stored.update(self.policy.frozen_features(obs.select(*self.camera_keys)))
+        return stored
+
+    def sample_actions(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The actor's reparameterized actions and log-probs on stored observations."""
+        features = obs.select(*self.camera_keys) if self.camera_keys else None
+        return self.policy.sample_reparameterized(obs, features)
+
     @property
     def temperature(self) -> torch.Tensor:
         return self.log_temperature.detach().exp()
 
-    def critic_inputs(self, obs: TensorDict, action: torch.Tensor) -> torch.Tensor:
-        """[B, in]: the critic's observation keys (normalized as the policy normalizes them), the action."""
+    def critic_inputs(
+        self, obs: TensorDict, action: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The critic's vector input [B, in] (its vector keys, normalized as the policy normalizes them, and
+        the action) and its cameras' cached features."""
         normalizers = self.policy.normalizers
         parts = [
-            normalizers[k](obs[k].float()) if k in normalizers else obs[k].float() for k in self.critic_keys
+            normalizers[k](obs[k].float()) if k in normalizers else obs[k].float()
+            for k in self.critic_keys
+            if k not in IMAGE_KEYS
         ]
-        return torch.cat([*parts, action.flatten(1)], dim=-1)
+        cameras = {k: obs[k] for k in self.critic_keys if k in IMAGE_KEYS}
+        return torch.cat([*parts, action.flatten(1)], dim=-1), cameras
 
     def critic_target(self, batch: TensorDict, generator: torch.Generator) -> torch.Tensor:
         """r + gamma (1 - terminated) (min over a random subset of target Q(s', a') - alpha log pi(a'|s')),
         a' drawn from the policy [B]."""
         with torch.no_grad():
-            next_action, next_logprob = self.policy.sample_reparameterized(batch["next_obs"])
+            next_action, next_logprob = self.sample_actions(batch["next_obs"])
             subset = torch.randperm(self.cfg.num_critics, generator=generator)[: self.cfg.critic_subset]
-            next_q = self.target(self.critic_inputs(batch["next_obs"], next_action))[subset].min(0).values
+            next_q = self.target(*self.critic_inputs(batch["next_obs"], next_action))[subset].min(0).values
             soft_value = next_q - self.temperature * next_logprob
             return batch["reward"] + self.cfg.gamma * (~batch["terminated"]).float() * soft_value
 
     def critic_step(self, batch: TensorDict, generator: torch.Generator) -> dict[str, float]:
         target = self.critic_target(batch, generator)
-        q = self.critic(self.critic_inputs(batch["obs"], batch["action"]))  # [E, B]
+        q = self.critic(*self.critic_inputs(batch["obs"], batch["action"]))  # [E, B]
         loss = (q - target).pow(2).mean()  # each critic's MSE, averaged (SB3's 0.5 * sum for E = 2)
         self._step(self.critic_optimizer, loss, list(self.critic.parameters()))
         with torch.no_grad():  # Polyak: target <- (1 - tau) target + tau critic
@@ -131,10 +212,10 @@ class SAC:
     def actor_step(self, batch: TensorDict) -> dict[str, float]:
         """Maximize the ensemble's mean Q(s, a) - alpha log pi(a|s), a ~ pi; then tune alpha toward the
         target entropy."""
-        action, logprob = self.policy.sample_reparameterized(batch["obs"])
+        action, logprob = self.sample_actions(batch["obs"])
         self.critic.requires_grad_(False)  # the actor's loss trains the actor only
         try:
-            q = self.critic(self.critic_inputs(batch["obs"], action)).mean(0)
+            q = self.critic(*self.critic_inputs(batch["obs"], action)).mean(0)
         finally:
             self.critic.requires_grad_(True)
         actor_loss = (self.temperature * logprob - q).mean()

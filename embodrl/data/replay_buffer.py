@@ -8,7 +8,7 @@ so a checkpoint's trainer state stores it and loads it with `torch.load(weights_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -17,9 +17,10 @@ from tensordict import TensorDict
 from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.data.lerobot_format import ACTION_KEY, LEROBOT_KEYS
 from embodrl.errors import UserError
-from embodrl.obs_keys import VECTOR_KEYS
+from embodrl.obs_keys import IMAGE_KEYS, VECTOR_KEYS
 
 REWARD_FEATURE, DONE_FEATURE = "next.reward", "next.done"  # LeRobot's names, where a dataset has them
+INTERVENTION_FEATURE = "teleop"  # `embodrl deploy`'s recordings: the steps a human drove
 
 
 class ReplayBuffer:
@@ -80,38 +81,58 @@ def mixed_batch(
     demo_ratio: float,
     generator: torch.Generator,
 ) -> TensorDict:
-    """A batch with round(batch_size * demo_ratio) transitions from `demos` (none without demos) and the rest
-    from `online`: RLPD's symmetric sampling at demo_ratio 0.5."""
-    from_demos = round(batch_size * demo_ratio) if demos is not None else 0
+    """A batch with round(batch_size * demo_ratio) transitions from `demos` (none while it is empty) and the
+    rest from `online`: RLPD's symmetric sampling at demo_ratio 0.5."""
+    from_demos = round(batch_size * demo_ratio) if demos is not None and len(demos) else 0
     batch = online.sample(batch_size - from_demos, generator)
     return torch.cat([batch, demos.sample(from_demos, generator)]) if from_demos else batch
 
 
-def demo_transitions(root: str, keys: tuple[str, ...]) -> TensorDict:
-    """A LeRobot dataset's frames as transitions [frames] with the observation `keys` (vectors, under
-    embodrl's dataset names: observation.state, ...) and single-action chunks [1, A].
+def demo_transitions(
+    root: str,
+    keys: tuple[str, ...],
+    episodes: int = 0,
+    camera_features: Callable[[TensorDict], TensorDict] | None = None,
+) -> TensorDict:
+    """A LeRobot dataset's frames as transitions [frames] with the observation `keys` (under embodrl's
+    dataset names: observation.state, observation.images.main, ...) and single-action chunks [1, A].
 
+    Cameras are stored as what `camera_features` makes of a batch of their uint8 frames (a policy's frozen
+    image features), as the online replay buffer stores them. `episodes` > 0 keeps the first that many.
     Rewards and ends come from the dataset's `next.reward` / `next.done` where it has them; otherwise
     every episode counts as a success that ended the MDP on its last frame, with reward 1 there and 0
     elsewhere (what `embodrl collect` keeps, under env.reward=sparse). A last frame's next observation
-    is itself, which its end masks out.
+    is itself, which its end masks out. A recording with an intervention flag (`teleop`, what `embodrl
+    deploy` marks while a human drives) gives only the flagged frames: the human's corrections.
     """
-    others = [key for key in keys if key not in VECTOR_KEYS]
+    others = [key for key in keys if key not in VECTOR_KEYS and key not in IMAGE_KEYS]
     if others:
-        raise UserError(f"demo transitions carry vector observations only; {others} are not ones")
+        raise UserError(f"demo transitions carry vectors and cameras only; {others} are neither")
+    cameras = [key for key in keys if key in IMAGE_KEYS]
+    if cameras and camera_features is None:
+        raise UserError(f"demo transitions keep cameras {cameras} as frozen features, and none were given")
     dataset = LeRobotDataset(root)
-    obs = {key: torch.tensor(dataset.column(LEROBOT_KEYS[key]), dtype=torch.float32) for key in keys}
-    frames = dataset.num_frames
+    count = dataset.num_episodes if episodes <= 0 else min(episodes, dataset.num_episodes)
+    frames = dataset.episode_range(count - 1)[1]
+    obs = {
+        key: torch.tensor(dataset.column(LEROBOT_KEYS[key])[:frames], dtype=torch.float32)
+        for key in keys
+        if key in VECTOR_KEYS
+    }
+    if cameras:
+        obs |= _camera_features(dataset, cameras, count, camera_features).to_dict()
     last = np.zeros(frames, dtype=bool)
-    last[[dataset.episode_range(e)[1] - 1 for e in range(dataset.num_episodes)]] = True
+    last[[dataset.episode_range(e)[1] - 1 for e in range(count)]] = True
     if REWARD_FEATURE in dataset.features:
-        reward = dataset.column(REWARD_FEATURE).reshape(frames)
+        reward = dataset.column(REWARD_FEATURE)[:frames].reshape(frames)
     else:
         reward = last.astype(np.float32)
-    terminated = dataset.column(DONE_FEATURE).reshape(frames) if DONE_FEATURE in dataset.features else last
+    terminated = (
+        dataset.column(DONE_FEATURE)[:frames].reshape(frames) if DONE_FEATURE in dataset.features else last
+    )
     following = np.where(last, np.arange(frames), np.arange(frames) + 1)  # the next frame of the episode
-    action = torch.tensor(dataset.column(ACTION_KEY), dtype=torch.float32)
-    return TensorDict(
+    action = torch.tensor(dataset.column(ACTION_KEY)[:frames], dtype=torch.float32)
+    transitions = TensorDict(
         {
             "obs": obs,
             "action": action.reshape(frames, 1, -1),
@@ -121,3 +142,27 @@ def demo_transitions(root: str, keys: tuple[str, ...]) -> TensorDict:
         },
         batch_size=[frames],
     )
+    if INTERVENTION_FEATURE in dataset.features:
+        flagged = dataset.column(INTERVENTION_FEATURE)[:frames].reshape(frames).astype(bool)
+        transitions = transitions[torch.as_tensor(flagged)]
+    return transitions
+
+
+def _camera_features(
+    dataset: LeRobotDataset,
+    cameras: list[str],
+    episodes: int,
+    camera_features: Callable[[TensorDict], TensorDict],
+    batch: int = 256,
+) -> TensorDict:
+    """{camera: features [frames, ...]} of the first `episodes` episodes, decoded one episode at a time."""
+    parts = []
+    for e in range(episodes):
+        images = {key: torch.from_numpy(dataset.camera_frames(LEROBOT_KEYS[key], e)) for key in cameras}
+        length = len(next(iter(images.values())))
+        for i in range(0, length, batch):
+            chunk = TensorDict(
+                {k: v[i : i + batch] for k, v in images.items()}, batch_size=[min(batch, length - i)]
+            )
+            parts.append(camera_features(chunk).cpu())
+    return torch.cat(parts)

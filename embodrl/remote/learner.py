@@ -26,6 +26,7 @@ from torch import nn
 
 from embodrl.config import ExperimentConfig
 from embodrl.errors import UserError
+from embodrl.obs_keys import IMAGE_KEYS
 from embodrl.remote.arrays import to_arrays, to_tensors
 from embodrl.remote.config import LearnerServerConfig
 from embodrl.remote.intake import Arrival, Intake
@@ -63,6 +64,19 @@ class Learner(OffPolicyRunner):
         if cfg.algo.noise_policy:  # the actors would have to decode the noise through the steered policy
             raise UserError(
                 "algo.noise_policy is not supported by `embodrl learner` yet; train it with `embodrl train`"
+            )
+        unsupported = [
+            key
+            for key, on in (
+                ("reward.model", bool(cfg.reward.model)),
+                (f"intervention.mode={cfg.intervention.mode}", cfg.intervention.mode != "none"),
+                ("camera keys", any(k in IMAGE_KEYS for k in cfg.policy.read_keys)),
+            )
+            if on
+        ]
+        if unsupported:  # the actors send raw observations, not the features and labels these need
+            raise UserError(
+                f"{', '.join(unsupported)} not supported by `embodrl learner` yet; train with `embodrl train`"
             )
         self.remote = RemoteState()  # before the runner's constructor, whose restore fills it
         self.episodes: list[dict[str, float]] = []  # the actors' episode summaries since the last iteration

@@ -19,10 +19,85 @@ from embodrl.engine.env_client import StagedEnv
 from embodrl.errors import UserError
 from embodrl.rewards.classifier import SuccessClassifier, load_classifier
 from embodrl.rewards.config import RewardConfig
-from embodrl.sims.base import StepResult
+from embodrl.sims.base import StepResult, VecEnv
 from embodrl.sims.config import EnvConfig
+from embodrl.sims.registry import make_env
+from embodrl.sims.wrapped import WrappedEnv
 
 COUNTS = ("decisions", "predicted", "simulator", "false_positive", "false_negative")
+
+
+class ClassifierReward:
+    """Relabels step results with the classifier's reward and success, and counts its disagreements with
+    the simulator's flag (module docstring)."""
+
+    def __init__(
+        self, classifier: SuccessClassifier, threshold: float, terminate_on_success: bool, seed: int
+    ) -> None:
+        self.classifier, self.threshold, self.terminate = classifier, threshold, terminate_on_success
+        self.restarts = torch.Generator().manual_seed(seed)
+        self.counts = dict.fromkeys(COUNTS, 0)
+
+    def check(self, env: VecEnv) -> None:
+        """A one-line error when the env does not observe what the classifier reads."""
+        shapes = {k: tuple(spec.shape) for k, spec in env.observation_spec.items()}
+        spec = self.classifier.spec
+        wrong = {k: shapes.get(k) for k in spec.obs_keys if shapes.get(k) != spec.shapes[k]}
+        if wrong:
+            raise UserError(
+                f"the reward model reads {dict((k, spec.shapes[k]) for k in wrong)} but the env "
+                f"observes {wrong}; set env.obs_mode / env.image_size as the model was trained"
+            )
+
+    def relabel(self, res: StepResult) -> StepResult:
+        """`res` with the classifier's sparse reward and success on its resulting observations."""
+        predicted = (self.classifier.probability(res.final_obs) > self.threshold).to(res.success.device)
+        ran = res.steps_executed > 0  # a soft-failed stage's placeholder executed nothing
+        simulator = res.success
+        self.counts["decisions"] += int(ran.sum())
+        self.counts["predicted"] += int((predicted & ran).sum())
+        self.counts["simulator"] += int((simulator & ran).sum())
+        self.counts["false_positive"] += int((predicted & ~simulator & ran).sum())
+        self.counts["false_negative"] += int((~predicted & simulator & ran).sum())
+        reward = torch.zeros_like(res.reward)
+        last = (res.steps_executed - 1).clamp_min(0)
+        reward[torch.arange(len(reward)), last] = (predicted & ran).to(reward.dtype)
+        return replaced(res, reward=reward, success=predicted & ran)
+
+    def end_on_success(self, env: VecEnv, res: StepResult) -> StepResult:
+        """With terminate_on_success: episodes the classifier calls done end, and their envs restart from
+        random initial states (seeded)."""
+        ended = (res.success & ~res.done).nonzero().flatten() if self.terminate else None
+        if ended is None or not len(ended):
+            return res
+        states = torch.randint(env.num_init_states, (len(ended),), generator=self.restarts)
+        obs = res.obs.clone()
+        obs[ended] = env.reset_to(states, ended)[ended]
+        return replaced(res, obs=obs, terminated=res.terminated | res.success)
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Since the last call: how often the classifier predicted success, how often the simulator had
+        it, and the shares of decisions where they disagree (false positives / negatives)."""
+        counts, self.counts = self.counts, dict.fromkeys(COUNTS, 0)
+        n = max(counts["decisions"], 1)
+        return {
+            "reward/predicted_success": counts["predicted"] / n,
+            "reward/simulator_success": counts["simulator"] / n,
+            "reward/disagreement": (counts["false_positive"] + counts["false_negative"]) / n,
+            "reward/false_positive": counts["false_positive"] / n,
+            "reward/false_negative": counts["false_negative"] / n,
+        }
+
+
+def replaced(res: StepResult, **fields) -> StepResult:
+    """`res` with some of its fields replaced."""
+    kept = {
+        name: getattr(res, name)
+        for name in ("obs", "reward", "terminated", "truncated", "success", "final_obs", "steps_executed")
+    }
+    return StepResult.build(
+        **(kept | fields), device=res.device, episode_flags=dict(res.episode_flags.items())
+    )
 
 
 class LearnedRewardEnv(StagedEnv):
@@ -43,66 +118,34 @@ class LearnedRewardEnv(StagedEnv):
                 f"{engine.schedule} does not allow; use engine.schedule=sequential"
             )
         super().__init__(dataclasses.replace(env_cfg, terminate_on_success=False), engine, device=device)
-        shapes = {k: tuple(spec.shape) for k, spec in self.observation_spec.items()}
-        wrong = {
-            k: shapes.get(k) for k in classifier.spec.obs_keys if shapes.get(k) != classifier.spec.shapes[k]
-        }
-        if wrong:
-            raise UserError(
-                f"the reward model reads {dict((k, classifier.spec.shapes[k]) for k in wrong)} but the env "
-                f"observes {wrong}; set env.obs_mode / env.image_size as the model was trained"
-            )
-        self.classifier, self.threshold, self.terminate = classifier, threshold, terminate_on_success
-        self.restarts = torch.Generator().manual_seed(env_cfg.seed)
-        self.counts = dict.fromkeys(COUNTS, 0)
+        self.judge = ClassifierReward(classifier, threshold, terminate_on_success, env_cfg.seed)
+        self.judge.check(self)
 
     def recv_step(self, stage: int) -> StepResult:
-        res = super().recv_step(stage)
-        predicted = (self.classifier.probability(res.final_obs) > self.threshold).to(res.success.device)
-        ran = res.steps_executed > 0  # a soft-failed stage's placeholder executed nothing
-        simulator = res.success
-        self.counts["decisions"] += int(ran.sum())
-        self.counts["predicted"] += int((predicted & ran).sum())
-        self.counts["simulator"] += int((simulator & ran).sum())
-        self.counts["false_positive"] += int((predicted & ~simulator & ran).sum())
-        self.counts["false_negative"] += int((~predicted & simulator & ran).sum())
-        reward = torch.zeros_like(res.reward)
-        last = (res.steps_executed - 1).clamp_min(0)
-        reward[torch.arange(len(reward)), last] = (predicted & ran).to(reward.dtype)
-        return self._result(res, reward=reward, success=predicted & ran)
+        return self.judge.relabel(super().recv_step(stage))
 
     def step(self, actions: torch.Tensor) -> StepResult:
-        res = super().step(actions)  # every stage through recv_step: the classifier's reward and success
-        ended = (res.success & ~res.done).nonzero().flatten() if self.terminate else None
-        if ended is None or not len(ended):
-            return res
-        states = torch.randint(self.num_init_states, (len(ended),), generator=self.restarts)
-        obs = res.obs.clone()
-        obs[ended] = self.reset_to(states, ended)[ended]
-        return self._result(res, obs=obs, terminated=res.terminated | res.success)
-
-    @staticmethod
-    def _result(res: StepResult, **fields) -> StepResult:
-        kept = {
-            name: getattr(res, name)
-            for name in ("obs", "reward", "terminated", "truncated", "success", "final_obs", "steps_executed")
-        }
-        return StepResult.build(
-            **(kept | fields), device=res.device, episode_flags=dict(res.episode_flags.items())
-        )
+        # every stage through recv_step: the classifier's reward and success
+        return self.judge.end_on_success(self, super().step(actions))
 
     def pop_metrics(self) -> dict[str, float]:
-        """Since the last call: how often the classifier predicted success, how often the simulator had
-        it, and the shares of decisions where they disagree (false positives / negatives)."""
-        counts, self.counts = self.counts, dict.fromkeys(COUNTS, 0)
-        n = max(counts["decisions"], 1)
-        return {
-            "reward/predicted_success": counts["predicted"] / n,
-            "reward/simulator_success": counts["simulator"] / n,
-            "reward/disagreement": (counts["false_positive"] + counts["false_negative"]) / n,
-            "reward/false_positive": counts["false_positive"] / n,
-            "reward/false_negative": counts["false_negative"] / n,
-        }
+        return self.judge.pop_metrics()
+
+
+class LearnedRewardVecEnv(WrappedEnv):
+    """A simulator (VecEnv, built with env.terminate_on_success off) whose steps carry the classifier's
+    reward and success: the off-policy runner's env for `reward.model`."""
+
+    def __init__(self, env: VecEnv, judge: ClassifierReward) -> None:
+        super().__init__(env)
+        self.judge = judge
+        judge.check(env)
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        return self.judge.end_on_success(self.env, self.judge.relabel(self.env.step(actions)))
+
+    def pop_metrics(self) -> dict[str, float]:
+        return self.judge.pop_metrics()
 
 
 def learned_reward_env(
@@ -112,3 +155,13 @@ def learned_reward_env(
     classifier = load_classifier(cfg.model, device)
     threshold = cfg.threshold if cfg.threshold is not None else classifier.spec.threshold
     return LearnedRewardEnv(env_cfg, engine, classifier, threshold, cfg.terminate_on_success, device)
+
+
+def learned_reward_vecenv(cfg: RewardConfig, env_cfg: EnvConfig, device: str = "cpu") -> LearnedRewardVecEnv:
+    """The simulator of `env_cfg` (its own success no longer ending episodes) behind `reward.model`."""
+    classifier = load_classifier(cfg.model, device)
+    threshold = cfg.threshold if cfg.threshold is not None else classifier.spec.threshold
+    env = make_env(dataclasses.replace(env_cfg, terminate_on_success=False), device=device)
+    return LearnedRewardVecEnv(
+        env, ClassifierReward(classifier, threshold, cfg.terminate_on_success, env_cfg.seed)
+    )

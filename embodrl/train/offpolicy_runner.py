@@ -28,6 +28,8 @@ from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
 from embodrl.train.episodes import EpisodeResults
 from embodrl.train.evaluation import eval_metrics
+from embodrl.train.interventions import ScriptedIntervener
+from embodrl.train.learned_reward_env import LearnedRewardVecEnv, learned_reward_vecenv
 from embodrl.train.logger import plot_learning_curve
 from embodrl.train.noise_action_env import steer_noise
 from embodrl.train.policy_setup import build_policy
@@ -45,15 +47,18 @@ class OffPolicyRunner(Runner):
                 f"algo.name={cfg.algo.name} learns in one process from its replay buffer; run it without "
                 "torchrun (raise algo.utd for more updates per env step)"
             )
-        if cfg.reward.model:  # never train on the simulator's reward while the user believes otherwise
+        if cfg.intervention.mode != "none" and cfg.algo.noise_policy:
             raise UserError(
-                f"reward.model is not supported with algo.name={cfg.algo.name} yet (its runner steps the "
-                "simulator directly); use an on-policy algorithm with a learned reward, or drop reward.model"
+                f"intervention.mode={cfg.intervention.mode} executes the expert's env actions, which "
+                "algo.noise_policy's actor (acting in noise space) cannot store: drop one of them"
             )
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.seed)
-        self.env = make_env(cfg.env, device=cfg.device)
+        if cfg.reward.model:  # the learner sees the classifier's reward and success, not the simulator's
+            self.env = learned_reward_vecenv(cfg.reward, cfg.env, device=cfg.device)
+        else:
+            self.env = make_env(cfg.env, device=cfg.device)
         if cfg.algo.noise_policy:  # DSRL: the actor picks a frozen policy's initial noise
             cfg, self.env = steer_noise(cfg, self.env)
             self.cfg = cfg
@@ -63,6 +68,11 @@ class OffPolicyRunner(Runner):
         self.algo = registry.get("off_policy", cfg.algo.name)(self.policy, cfg.algo)
         self.keys = self.policy.cfg.read_keys  # what the buffer keeps of each observation
         self.buffer = ReplayBuffer(cfg.algo.buffer_size)
+        self.intervener = (
+            ScriptedIntervener(cfg.intervention, self.env.num_envs, self.policy.cfg.chunk_size)
+            if cfg.intervention.mode != "none"
+            else None
+        )
         self.demos = self._demo_buffer()
         self.steps_per_iteration = cfg.train.rollout_steps or math.ceil(
             cfg.env.max_episode_steps / self.policy.cfg.chunk_size
@@ -77,18 +87,27 @@ class OffPolicyRunner(Runner):
             self._restore()
 
     def _demo_buffer(self) -> ReplayBuffer | None:
-        """The demonstrations of `algo.demo_dataset`, held apart so every batch draws its share from them."""
-        root = self.cfg.algo.demo_dataset
-        if not root:
+        """The demonstrations of `algo.demo_dataset`, held apart so every batch draws its share from them;
+        with interventions also the expert's takeover decisions (room for as many as the online buffer)."""
+        root, algo = self.cfg.algo.demo_dataset, self.cfg.algo
+        if not root and self.intervener is None:
             return None
-        if self.policy.cfg.chunk_size != 1:
+        if root and self.policy.cfg.chunk_size != 1:
             raise ConfigError(
                 f"algo.demo_dataset holds single actions; policy.chunk_size={self.policy.cfg.chunk_size} "
                 "would need chunks: set policy.chunk_size=1"
             )
-        transitions = demo_transitions(root, self.keys)
-        demos = ReplayBuffer(transitions.batch_size[0])
-        demos.add(transitions.to(self.cfg.device))
+        transitions = (
+            demo_transitions(root, self.policy.cfg.read_keys, algo.demo_episodes, self.policy.frozen_features)
+            if root
+            else None
+        )
+        if transitions is not None and not transitions.batch_size[0]:
+            raise UserError(f"algo.demo_dataset={root} gives no transitions (no frames, or none flagged)")
+        frames = 0 if transitions is None else transitions.batch_size[0]
+        demos = ReplayBuffer(frames + (algo.buffer_size if self.intervener is not None else 0))
+        if transitions is not None:
+            demos.add(transitions.to(self.cfg.device))
         return demos
 
     def sample(self) -> TensorDict:
@@ -145,6 +164,7 @@ class OffPolicyRunner(Runner):
             env.num_init_states, (env.num_envs,), generator=self.generators["init_states"]
         )
         obs = env.reset_to(state_ids)
+        stored = self.algo.stored_obs(obs)  # what the buffer keeps: cameras as frozen features
         tracker = EpisodeTracker.zeros(env.num_envs, episode_limit=self.cfg.env.max_episode_steps)
         record: dict[str, list[torch.Tensor]] = {"reward": [], "steps": [], "done": [], "success": []}
         updates: list[dict[str, float]] = []
@@ -152,21 +172,28 @@ class OffPolicyRunner(Runner):
         for _ in range(self.steps_per_iteration):
             learning = self.env_steps >= algo_cfg.learning_starts
             actions = self.policy.act(obs).actions if learning else self._random_actions()
+            if self.intervener is not None:  # the expert drives the envs whose policy strayed
+                actions, driven = self.intervener.choose(actions, env.expert_actions())
             result = env.step(actions)
-            self.buffer.add(
-                TensorDict(
-                    {
-                        "obs": obs.select(*self.keys),
-                        "action": actions,
-                        "reward": result.reward.sum(-1),
-                        "next_obs": result.final_obs.select(*self.keys),  # the finished episode's last
-                        "terminated": result.terminated,
-                    },
-                    batch_size=[env.num_envs],
-                )
+            stored_next = self.algo.stored_obs(result.final_obs)  # the finished episode's last
+            transitions = TensorDict(
+                {
+                    "obs": stored,
+                    "action": actions,
+                    "reward": result.reward.sum(-1),
+                    "next_obs": stored_next,
+                    "terminated": result.terminated,
+                },
+                batch_size=[env.num_envs],
             )
+            self.buffer.add(transitions)
+            if self.intervener is not None:
+                if driven.any():  # HG-DAgger / HIL-SERL: the takeovers are demonstrations too
+                    self.demos.add(transitions[driven])
+                self.intervener.end_episodes(result.done)
             self.env_steps += int(result.steps_executed.sum())
             obs = result.obs
+            stored = self.algo.stored_obs(obs) if result.done.any() else stored_next
             for key, value in zip(
                 record, (result.reward, result.steps_executed, result.done, result.success), strict=True
             ):
@@ -181,7 +208,13 @@ class OffPolicyRunner(Runner):
         elapsed = time.perf_counter() - start
         self.wall_time += elapsed
         metrics = {f"train/{k}": sum(u[k] for u in updates) / len(updates) for k in (updates or [{}])[0]}
-        metrics.update({f"rollout/{k}": v for k, v in tracker.pop().items()})
+        outcomes = tracker.pop()
+        metrics.update({f"rollout/{k}": v for k, v in outcomes.items()})
+        if self.intervener is not None:
+            metrics.update(self.intervener.pop_metrics(outcomes["episodes"]))
+            metrics["replay/demo_size"] = float(len(self.demos))
+        if isinstance(env, LearnedRewardVecEnv):  # the classifier's errors, for diagnosis only
+            metrics.update(env.pop_metrics())
         metrics.update(
             {
                 "rollout/env_steps": float(self.env_steps),
@@ -202,7 +235,10 @@ class OffPolicyRunner(Runner):
     ) -> EpisodeResults:
         """`policy`'s evaluation episodes from initial state `first_state_id` on (every iteration starts from
         reset_to, so they may use the training env)."""
-        return self.play_rl_evaluation(policy, first_state_id, record, video_dir)
+        # a learned reward's env counts the classifier's success: evaluations count the simulator's
+        return self.play_rl_evaluation(
+            policy, first_state_id, record, video_dir, own_env=bool(self.cfg.reward.model)
+        )
 
     def save(self) -> Path:
         """Write checkpoints/last: the policy, the algorithm's state and the replay buffer, at once."""
@@ -213,12 +249,16 @@ class OffPolicyRunner(Runner):
             "algo": self.algo.state_dict(),
             "replay": self.buffer.state_dict(),
         }
+        if self.intervener is not None:  # the demo buffer grew by the takeovers
+            state["demos"] = self.demos.state_dict()
         return self.save_last(self.policy, state, self.generators, self.iteration)
 
     def _restore(self) -> None:
         state = self.restore_last(self.policy, self.generators)
         self.algo.load_state_dict(state["algo"])
         self.buffer.load_state_dict(state["replay"])
+        if self.intervener is not None:
+            self.demos.load_state_dict(state["demos"])
         self.iteration, self.env_steps, self.wall_time = (
             state["iteration"],
             state["env_steps"],

@@ -129,13 +129,22 @@ class GaussianPolicy(Policy):
     def can_sample_reparameterized(self) -> bool:
         return self.squash
 
-    def sample_reparameterized(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+    def frozen_features(self, obs: TensorDict) -> TensorDict | None:
+        return self.encoder.frozen_image_features(obs)
+
+    def sample_reparameterized(
+        self, obs: TensorDict, image_features: TensorDict | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.squash:
             raise UserError(
                 "an off-policy actor needs bounded actions with a tractable density: set "
                 "policy.gaussian.squash=tanh"
             )
-        mean, log_std = self._mean_log_std(self.encoder(obs))
+        # cached features: the cameras' entries hold them too, which the shape checks would refuse
+        features = (
+            self.encoder(obs) if image_features is None else self.encoder.encode(obs, False, image_features)
+        )
+        mean, log_std = self._mean_log_std(features)
         sample = mean + log_std.exp() * torch.randn_like(mean)
         logprob = self._log_density(sample, mean, log_std).sum((-2, -1))
         return self.normalizers["action"].unnormalize(sample.tanh()), logprob

@@ -77,7 +77,7 @@ def test_target_is_reward_plus_discounted_soft_min_of_a_random_subset():
     action, logprob = algo.policy.sample_reparameterized(data["next_obs"])
     subset = torch.randperm(4, generator=torch.Generator().manual_seed(3))[:2]
     with torch.no_grad():
-        q = algo.target(algo.critic_inputs(data["next_obs"], action))
+        q = algo.target(*algo.critic_inputs(data["next_obs"], action))
     soft = q[subset].min(0).values - algo.temperature * logprob.detach()
     expected = data["reward"] + 0.9 * (~data["terminated"]).float() * soft
     torch.testing.assert_close(target, expected)
@@ -141,8 +141,8 @@ def test_state_round_trip_restores_every_part():
     copy.load_state_dict(algo.state_dict())
     data = batch()
     torch.testing.assert_close(
-        copy.critic(copy.critic_inputs(data["obs"], data["action"])),
-        algo.critic(algo.critic_inputs(data["obs"], data["action"])),
+        copy.critic(*copy.critic_inputs(data["obs"], data["action"])),
+        algo.critic(*algo.critic_inputs(data["obs"], data["action"])),
     )
     assert copy.temperature == algo.temperature
     steps = [o.state_dict()["state"].keys() for o in (copy.critic_optimizer, algo.critic_optimizer)]
@@ -150,7 +150,7 @@ def test_state_round_trip_restores_every_part():
 
 
 def test_refusals_name_the_fix():
-    with pytest.raises(UserError, match="vector observations"):
+    with pytest.raises(UserError, match="frozen pretrained tower"):  # a CNN that trains: no cached features
         SAC(squashed_policy(obs_keys=("state", "rgb")), AlgoConfig(name="sac"))
     unsquashed = squashed_policy(squash="none")
     with pytest.raises(UserError, match="policy=gaussian_sac"):  # before any step is taken

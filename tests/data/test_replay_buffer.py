@@ -105,5 +105,28 @@ def test_demos_become_transitions_with_a_success_at_each_episode_end(tmp_path):
     torch.testing.assert_close(demos["obs", "state"], torch.as_tensor(states))
     torch.testing.assert_close(demos["next_obs", "state"][:3], torch.as_tensor(states[1:4]))  # same episode
     torch.testing.assert_close(demos["next_obs", "state"][4], torch.as_tensor(states[5]))
-    with pytest.raises(UserError, match="vector observations"):
+    with pytest.raises(UserError, match="none were given"):
         demo_transitions(str(tmp_path / "demos"), ("rgb",))
+    first = demo_transitions(str(tmp_path / "demos"), ("state",), episodes=1)
+    assert first["reward"].tolist() == [0, 0, 0, 1]  # the first episode alone
+
+
+def test_a_recording_with_an_intervention_flag_gives_the_flagged_frames(tmp_path):
+    """`embodrl deploy` marks the steps a human drove (`teleop`): only those are demonstrations."""
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [3], "names": None},
+        "action": {"dtype": "float32", "shape": [2], "names": None},
+        "teleop": {"dtype": "bool", "shape": [1], "names": None},
+    }
+    state = np.arange(15, dtype=np.float32).reshape(5, 3)
+    episode = {
+        "observation.state": state,
+        "action": np.zeros((5, 2), np.float32),
+        "teleop": np.array([[False], [True], [True], [False], [False]]),
+    }
+    with LeRobotDatasetWriter(tmp_path / "rec", 10, features) as writer:
+        writer.add_episode(episode, "pick")
+    demos = demo_transitions(str(tmp_path / "rec"), ("state",))
+    assert demos.batch_size[0] == 2
+    torch.testing.assert_close(demos["obs", "state"], torch.as_tensor(state[1:3]))
+    torch.testing.assert_close(demos["next_obs", "state"], torch.as_tensor(state[2:4]))  # where they led

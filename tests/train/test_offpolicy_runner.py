@@ -147,7 +147,7 @@ def test_a_run_killed_with_sigkill_resumes_to_the_uninterrupted_metrics(tmp_path
     assert comparable(killed) == comparable(whole)
 
 
-def test_a_learned_reward_it_cannot_use_is_refused_in_one_line(tmp_path):
-    with pytest.raises(UserError, match="reward.model is not supported") as error:
+def test_a_learned_reward_that_is_no_model_is_refused_in_one_line(tmp_path):
+    with pytest.raises(UserError, match="is not a reward model") as error:
         OffPolicyRunner(tiny(1, f"reward.model={tmp_path}"), tmp_path)
     assert "\n" not in str(error.value)

@@ -1,0 +1,65 @@
+"""Simulated human interventions (HIL-SERL, HG-DAgger): the env's scripted expert takes over an env once
+the learning policy strays from it, drives a few decisions, and hands back.
+
+The rule (`intervention.*`): a decision strays when the mean |policy action - expert action| over the
+action's elements exceeds `threshold`; after `patience` straying decisions in a row the expert drives the
+next `steps` decisions of that env (the decision that tripped the rule included). A takeover ends early
+with its episode. The off-policy runner keeps the expert's decisions in the demo buffer besides the
+online one, and logs the share of decisions the expert drove as `rollout/intervention_rate`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from embodrl.errors import UserError
+from embodrl.train.intervention_config import InterventionConfig
+
+
+class ScriptedIntervener:
+    """Per-env takeover state for `num_envs` envs; `choose` picks each decision's driver."""
+
+    def __init__(self, cfg: InterventionConfig, num_envs: int, chunk_size: int) -> None:
+        if chunk_size != 1:
+            raise UserError(
+                f"intervention.mode={cfg.mode} hands single expert actions over; policy.chunk_size="
+                f"{chunk_size} would need chunks: set policy.chunk_size=1"
+            )
+        self.cfg = cfg
+        self.straying = torch.zeros(num_envs, dtype=torch.long)  # consecutive straying decisions
+        self.remaining = torch.zeros(num_envs, dtype=torch.long)  # decisions the expert still drives
+        self.decisions = self.driven = self.takeovers = 0
+
+    def choose(
+        self, policy_actions: torch.Tensor, expert_actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The executed chunks [N, 1, A] and which of them the expert drove [N] (bool), from the policy's
+        chunks [N, 1, A] and the expert's actions [N, A]."""
+        expert = expert_actions.to(policy_actions).view_as(policy_actions)
+        free = self.remaining == 0
+        strays = (policy_actions - expert).abs().flatten(1).mean(1).cpu() > self.cfg.threshold
+        self.straying = torch.where(free & strays, self.straying + 1, torch.zeros_like(self.straying))
+        takeover = free & (self.straying >= self.cfg.patience)
+        self.remaining[takeover] = self.cfg.steps
+        self.straying[takeover] = 0
+        driven = self.remaining > 0
+        self.remaining = (self.remaining - 1).clamp_min(0)
+        self.decisions += len(driven)
+        self.driven += int(driven.sum())
+        self.takeovers += int(takeover.sum())
+        mask = driven.to(policy_actions.device)
+        return torch.where(mask.view(-1, 1, 1), expert, policy_actions), mask
+
+    def end_episodes(self, done: torch.Tensor) -> None:
+        """Envs whose episode ended start their next one with the policy in control."""
+        done = done.cpu()
+        self.straying[done], self.remaining[done] = 0, 0
+
+    def pop_metrics(self, episodes: float) -> dict[str, float]:
+        """Since the last call: the share of decisions the expert drove and its takeovers per episode."""
+        metrics = {
+            "rollout/intervention_rate": self.driven / max(self.decisions, 1),
+            "rollout/interventions_per_episode": self.takeovers / max(episodes, 1.0),
+        }
+        self.decisions = self.driven = self.takeovers = 0
+        return metrics
