@@ -64,6 +64,11 @@ def export_policy(policy: Policy, output: str | Path, fmt: str, device: str = "c
     """
     if fmt not in FORMATS:
         raise UserError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if policy.cfg.steers:
+        raise UserError(
+            f"this policy picks the initial noise of {policy.cfg.steers} (noise-space RL), which export does "
+            "not decode yet; export that policy, or evaluate this one with `embodrl eval`"
+        )
     program = policy.to(device).eval().action_program().eval()  # a UserError when not exportable
     specs = input_specs(policy, program)
     metadata = {

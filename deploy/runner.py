@@ -66,6 +66,11 @@ class CheckpointRunner(PolicyRunner):
 
         self.policy = load_policy(directory, device=device).eval()
         cfg = self.policy.cfg
+        if cfg.steers:
+            raise UserError(
+                f"{directory} picks the initial noise of {cfg.steers} (noise-space RL), which serving does "
+                "not decode yet; evaluate it with `embodrl eval`"
+            )
         if "privileged" in cfg.obs_keys:
             raise UserError(
                 f"{directory} reads privileged simulator state (policy.obs_keys={list(cfg.obs_keys)}); "

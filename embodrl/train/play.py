@@ -25,6 +25,9 @@ def action_source(name: str, env: VecEnv, seed: int, device: str = "cpu") -> Act
 
         policy = load_policy(name, device=device).eval()
         read_prompts_through(policy, env.instruction_table)
+        if policy.cfg.steers:  # a noise-space actor: its actions are decoded by the policy it steers
+            steered = load_policy(policy.cfg.steers, device=device).eval()
+            return lambda obs: steered.act_from_noise(obs, policy.act(obs, deterministic=True).actions)
         return lambda obs: policy.act(obs, deterministic=True).actions
     if name == "expert":
         return lambda obs: env.expert_actions()[:, None]

@@ -9,6 +9,8 @@ import torch
 
 from embodrl.cli import main
 from embodrl.config import compose
+from embodrl.deploy.export import export_policy
+from embodrl.deploy.runner import CheckpointRunner
 from embodrl.errors import ConfigError, UserError
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.flow.configuration import FlowConfig
@@ -20,6 +22,7 @@ from embodrl.train.checkpointing import LAST, POLICY_DIR, load_trainer_state
 from embodrl.train.logger import read_metrics
 from embodrl.train.noise_action_env import NoiseActionEnv, env_for
 from embodrl.train.offpolicy_runner import OffPolicyRunner
+from embodrl.train.play import action_source
 from tests.train.test_offpolicy_runner import TINY, comparable
 
 BOUND = 1.2
@@ -104,6 +107,25 @@ def test_a_dsrl_run_resumes_exactly_and_evaluates_through_the_policy_it_steers(t
     ]
     assert main(args) == 0 and (out / "summary.json").is_file()
     assert isinstance(env_for(saved, make_env(compose("sac_pendulum").env)), NoiseActionEnv)
+
+
+def test_play_decodes_a_noise_space_actor_and_serve_and_export_refuse_it(tmp_path):
+    base = save_flow_policy(tmp_path / "base")
+    (tmp_path / "run").mkdir()
+    OffPolicyRunner(dsrl(base, 1, "train.eval_every=0", "train.keep_best=false"), tmp_path / "run").learn()
+    actor = tmp_path / "run" / LAST / POLICY_DIR
+    env = make_env(compose("sac_pendulum").env)
+    obs = env.reset_to(torch.tensor([2]))
+    noise = load_policy(actor).act(obs, deterministic=True).actions
+    played = action_source(str(actor), env, seed=0)(obs)
+    assert torch.equal(played, load_policy(base).act_from_noise(obs, noise))
+    for call in (
+        lambda: CheckpointRunner(actor),
+        lambda: export_policy(load_policy(actor), tmp_path, "onnx"),
+    ):
+        with pytest.raises(UserError, match="initial noise of") as error:
+            call()
+        assert "\n" not in str(error.value)
 
 
 def test_bad_noise_space_settings_are_one_line_errors(tmp_path):
