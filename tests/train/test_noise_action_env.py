@@ -23,7 +23,7 @@ from embodrl.train.logger import read_metrics
 from embodrl.train.noise_action_env import NoiseActionEnv, env_for
 from embodrl.train.offpolicy_runner import OffPolicyRunner
 from embodrl.train.play import action_source
-from tests.train.test_offpolicy_runner import TINY, comparable
+from tests.train.test_offpolicy_runner import SWING_UP, TINY, comparable
 
 BOUND = 1.2
 
@@ -159,15 +159,7 @@ def test_dsrl_learns_to_swing_the_pendulum_up_through_an_untrained_flow_policy(t
     base = make_policy(cfg, {"state": (3,)})
     base.set_normalization({"action": {"mean": [0.0], "std": [1.5]}})
     base.save_pretrained(tmp_path / "base")
-    overrides = [
-        f"algo.noise_policy={tmp_path / 'base'}",
-        "train.iterations=25",
-        "algo.learning_starts=600",
-        "algo.utd=1",
-        "algo.num_critics=2",
-        "train.eval_every=0",
-        "train.tensorboard=false",
-    ]
+    overrides = [f"algo.noise_policy={tmp_path / 'base'}", *SWING_UP]
     (tmp_path / "run").mkdir()
     final = OffPolicyRunner(compose("sac_pendulum", overrides), tmp_path / "run").learn()
     random = [row["rollout/return"] for row in read_metrics(tmp_path / "run")[:3]]

@@ -103,19 +103,22 @@ def test_demos_fill_their_share_of_every_batch(tmp_path):
         OffPolicyRunner(tiny(1, f"algo.demo_dataset={tmp_path / 'demos'}", "policy.chunk_size=2"), tmp_path)
 
 
+# 5000 env steps (the first 600 random) at utd 1 with 2 critics: what the learning tests give SAC
+SWING_UP = [
+    "train.iterations=25",
+    "algo.learning_starts=600",
+    "algo.utd=1",
+    "algo.num_critics=2",
+    "train.eval_every=0",
+    "train.tensorboard=false",
+]
+
+
 @pytest.mark.slow
 def test_sac_learns_to_swing_the_pendulum_up(tmp_path):
     """5000 env steps (the first 600 random) of SAC at utd 1 with 2 critics: the deterministic return on 5
     fixed episodes ends far above what the random episodes scored (about -1200)."""
-    overrides = [
-        "train.iterations=25",
-        "algo.learning_starts=600",
-        "algo.utd=1",
-        "algo.num_critics=2",
-        "train.eval_every=0",
-        "train.tensorboard=false",
-    ]
-    final = OffPolicyRunner(compose("sac_pendulum", overrides), tmp_path).learn()
+    final = OffPolicyRunner(compose("sac_pendulum", SWING_UP), tmp_path).learn()
     random = [row["rollout/return"] for row in read_metrics(tmp_path)[:3]]
     assert final["eval/return"] > sum(random) / 3 + 400
 
