@@ -85,6 +85,9 @@ class AlgoConfig:
     demo_dataset: str | None = None
     demo_ratio: float = 0.5
     demo_episodes: int = 0  # the dataset's first N episodes only; 0: all
+    # weight of an MSE between the actor's sampled actions and the demo rows' actions in the actor's loss
+    # (demos and interventions imitated beside the RL objective); 0: RLPD's pure RL
+    bc_weight: float = 0.0
     # Noise-space RL (DSRL, Wagenmaker et al. 2025): a flow policy's checkpoint, kept frozen, whose initial
     # noise the actor picks (train/noise_action_env.py), within [-noise_bound, noise_bound]
     noise_policy: str | None = None
@@ -136,6 +139,7 @@ class AlgoConfig:
             raise ConfigError(f"algo.tau={self.tau} must lie in (0, 1]")
         check_positive("algo.critic_image_dim", self.critic_image_dim)
         check_positive("algo.demo_episodes", self.demo_episodes, allow_zero=True)
+        check_positive("algo.bc_weight", self.bc_weight, allow_zero=True)
         if not 0 <= self.demo_ratio < 1:
             raise ConfigError(f"algo.demo_ratio={self.demo_ratio} must lie in [0, 1)")
         check_positive("algo.noise_bound", self.noise_bound)

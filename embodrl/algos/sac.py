@@ -219,6 +219,13 @@ class SAC:
         finally:
             self.critic.requires_grad_(True)
         actor_loss = (self.temperature * logprob - q).mean()
+        metrics = {}
+        demo = batch.get("demo", None)
+        if self.cfg.bc_weight > 0 and demo is not None and demo.any():
+            # imitation of the demo rows' actions (HG-DAgger's labels), beside the RL objective
+            bc_loss = (action[demo] - batch["action"][demo]).pow(2).mean()
+            actor_loss = actor_loss + self.cfg.bc_weight * bc_loss
+            metrics["bc_loss"] = bc_loss.item()
         self._step(self.actor_optimizer, actor_loss, self.actor_parameters)
         temperature_loss = self.temperature_loss(logprob.detach())
         self._step(self.temperature_optimizer, temperature_loss, [self.log_temperature])
@@ -226,6 +233,7 @@ class SAC:
             "actor_loss": actor_loss.item(),
             "entropy": -logprob.detach().mean().item(),
             "temperature": self.temperature.item(),
+            **metrics,
         }
 
     def temperature_loss(self, logprob: torch.Tensor) -> torch.Tensor:

@@ -82,10 +82,13 @@ def mixed_batch(
     generator: torch.Generator,
 ) -> TensorDict:
     """A batch with round(batch_size * demo_ratio) transitions from `demos` (none while it is empty) and the
-    rest from `online`: RLPD's symmetric sampling at demo_ratio 0.5."""
+    rest from `online`: RLPD's symmetric sampling at demo_ratio 0.5. `demo` [B] marks the demos' rows."""
     from_demos = round(batch_size * demo_ratio) if demos is not None and len(demos) else 0
     batch = online.sample(batch_size - from_demos, generator)
-    return torch.cat([batch, demos.sample(from_demos, generator)]) if from_demos else batch
+    if from_demos:
+        batch = torch.cat([batch, demos.sample(from_demos, generator)])
+    batch["demo"] = torch.arange(batch_size, device=batch.device) >= batch_size - from_demos
+    return batch
 
 
 def demo_transitions(

@@ -157,3 +157,25 @@ def test_refusals_name_the_fix():
         SAC(unsquashed, AlgoConfig(name="sac"))
     with pytest.raises(UserError, match="squash=tanh"):
         unsquashed.sample_reparameterized(batch()["obs"])
+
+
+def test_bc_weight_pulls_the_actor_toward_the_demo_rows_actions_alone():
+    data = batch()
+    data["demo"] = torch.tensor([False, False, False, True, True, True])
+    data["action"][:3] = 1.0  # what the online rows did must not be imitated
+    algo = sac(bc_weight=10.0, actor_lr=1e-2)
+
+    def distances() -> tuple[float, float]:
+        with torch.no_grad():
+            mean = algo.policy.act(data["obs"], deterministic=True).actions
+        gap = (mean - data["action"]).pow(2).flatten(1).mean(1)
+        return gap[3:].mean().item(), gap[:3].mean().item()
+
+    demo_before, online_before = distances()
+    for _ in range(50):
+        metrics = algo.actor_step(data)
+    demo_after, _ = distances()
+    assert "bc_loss" in metrics and demo_after < demo_before / 2
+    assert "bc_loss" not in sac().actor_step(data)  # off by default
+    with pytest.raises(ConfigError, match="algo.bc_weight"):
+        AlgoConfig(name="sac", bc_weight=-1.0)

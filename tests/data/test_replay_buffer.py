@@ -78,6 +78,7 @@ def test_mixed_batch_takes_the_demo_ratio_from_the_demos():
     g = torch.Generator().manual_seed(0)
     half = mixed_batch(online, demos, 256, 0.5, g)
     assert half.batch_size[0] == 256 and int((half["reward"] >= 1000).sum()) == 128
+    assert torch.equal(half["demo"], half["reward"] >= 1000)  # the demos' rows are marked
     quarter = mixed_batch(online, demos, 100, 0.25, g)
     assert int((quarter["reward"] >= 1000).sum()) == 25
     assert int((mixed_batch(online, None, 64, 0.5, g)["reward"] >= 1000).sum()) == 0
