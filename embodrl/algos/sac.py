@@ -2,10 +2,13 @@
 
 The actor is the policy, trained through `Policy.sample_reparameterized` (a tanh-squashed Gaussian);
 the critics live here: an ensemble of Q(s, a) MLPs with LayerNorm, evaluated together as batched
-matmuls, on the policy's normalized vector observations and the action chunk (env units). One `update`
-is what one transition earns: `utd` critic steps on fresh batches (each target the minimum of a random
-subset of the target critics, minus the entropy term), then one actor and one temperature step on the
-last batch. A chunk is one decision: its rewards are summed and discounted once.
+matmuls, on the policy's normalized vector observations, its cameras and the action chunk (env units).
+Cameras arrive as the policy's frozen image features (`Policy.frozen_features`), computed once per
+observation and stored in the replay buffer (`stored_obs`); each has a small projection in the critic.
+One `update` is what one transition earns: `utd` critic steps on fresh batches (each target the minimum
+of a random subset of the target critics, minus the entropy term), then one actor and one temperature
+step on the last batch (plus, with `bc_weight`, imitation of the batch's demo rows). A chunk is one
+decision: its rewards are summed and discounted once.
 """
 
 from __future__ import annotations
