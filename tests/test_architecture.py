@@ -45,6 +45,11 @@ FORBIDDEN = [
     ("embodrl.rewards", "embodrl.engine"),
     ("embodrl.rewards", "embodrl.parallel"),
     ("embodrl.rewards", "embodrl.algos"),
+    # the network split sits beside the commands: nothing under it reaches up to it
+    *[
+        (f"embodrl.{lower}", "embodrl.remote")
+        for lower in ("policies", "sims", "algos", "engine", "train", "data", "parallel", "rewards")
+    ],
 ]
 GENERIC = ("embodrl.engine", "embodrl.train", "embodrl.algos", "embodrl.parallel")
 FAMILIES = ("gaussian", "flow", "autoregressive", "diffusion", "vla")

@@ -13,7 +13,20 @@ from embodrl.sims.registry import make_env
 from embodrl.train.policy_setup import build_policy
 from embodrl.train.rl_runner import OnPolicyRunner
 
-COMMANDS = ["envs", "play", "train", "collect", "sft", "eval", "check-dataset", "serve", "deploy", "convert"]
+COMMANDS = [
+    "envs",
+    "play",
+    "train",
+    "collect",
+    "sft",
+    "eval",
+    "check-dataset",
+    "serve",
+    "deploy",
+    "convert",
+    "learner",
+    "actor",
+]
 
 
 def test_every_command_has_help(capsys):
