@@ -1,0 +1,65 @@
+"""Plot several RL runs' success against RL wall-clock minutes on one figure: the rollout success (stochastic,
+a moving mean over --window iterations) as a line, the deterministic evaluations as markers.
+
+    python scripts/compare_runs.py --out docs/img/curves.png "seed 0=runs/exp/a/RUN" "seed 1=runs/exp/b/RUN"
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from embodrl.train.logger import read_metrics
+
+
+def moving_mean(values: list[float], window: int) -> list[float]:
+    return [
+        sum(values[max(0, i - window + 1) : i + 1]) / (i + 1 - max(0, i - window + 1))
+        for i in range(len(values))
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("runs", nargs="+", metavar="LABEL=RUN_DIR", help="a label and a run folder")
+    parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
+    parser.add_argument("--window", type=int, default=10, help="iterations in the rollout moving mean")
+    parser.add_argument("--title", default="", help="figure title")
+    args = parser.parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for spec in args.runs:
+        label, sep, folder = spec.partition("=")
+        rows = read_metrics(Path(folder)) if sep else []
+        if not rows:
+            print(f"compare_runs: {spec!r} is not LABEL=RUN_DIR with a metrics.jsonl", file=sys.stderr)
+            return 2
+        minutes = [r["time/wall"] / 60 for r in rows]
+        (line,) = ax.plot(
+            minutes, moving_mean([r["rollout/success"] for r in rows], args.window), label=label
+        )
+        evals = [(r["time/wall"] / 60, r["eval/success"]) for r in rows if "eval/success" in r]
+        if evals:
+            ax.plot(*zip(*evals, strict=True), "o", color=line.get_color(), label=f"{label}: evaluation")
+    ax.set_xlabel("RL wall-clock (minutes)")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if args.title:
+        ax.set_title(args.title)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=100)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
