@@ -39,15 +39,17 @@ AXES: dict[str, Axis] = {
         needs="language",
     ),
     "proprio_noise": Axis("Gaussian noise of std 0.005 (m, rad) on every `state` entry, every step"),
-    "object_noise": Axis(
-        "Gaussian noise of std 0.005 m on each observed object position (`privileged`), every step"
-    ),
-    "action_noise": Axis("Gaussian noise of std 0.1 (of the [-1, 1] range) on every executed action entry"),
     "latency": Axis("actions executed one control step (0.05 s) later"),
     "mass": Axis("cube mass and inertia x/÷ 1.6"),
     "friction": Axis("every geom's sliding friction x/÷ 1.3"),
     "gains": Axis("arm and finger actuator stiffness and damping x/÷ 1.3"),
+    "object_noise": Axis(
+        "Gaussian noise of std 0.005 m on each observed object position (`privileged`), every step"
+    ),
+    "action_noise": Axis("Gaussian noise of std 0.1 (of the [-1, 1] range) on every executed action entry"),
 }
+# An axis's place in AXES seeds its draws (sims/tabletop/perturb.py): a new axis goes at the end, so the
+# axes before it keep their draws and their measured tables.
 # the axes that edit each env's MjModel, and those that change the instruction table
 MODEL_AXES = frozenset({"camera", "lighting", "color", "size", "mass", "friction", "gains"})
 TEXT_AXES = frozenset({"instruction", "conflict"})
@@ -69,12 +71,12 @@ class RandomizeConfig:
     instruction: float = 0.0
     conflict: float = 0.0
     proprio_noise: float = 0.0
-    object_noise: float = 0.0
-    action_noise: float = 0.0
     latency: float = 0.0
     mass: float = 0.0
     friction: float = 0.0
     gains: float = 0.0
+    object_noise: float = 0.0
+    action_noise: float = 0.0
     exact: bool = False
     seed: int = 0  # of every draw; the episodes' state ids do the rest
 

@@ -93,12 +93,12 @@ def test_an_axis_named_that_cannot_run_fails_before_any_episode_and_all_leaves_i
         "distractors",
         "spawn",
         "proprio_noise",
-        "object_noise",
-        "action_noise",
         "latency",
         "mass",
         "friction",
         "gains",
+        "object_noise",
+        "action_noise",
     ]
 
 
