@@ -1,8 +1,10 @@
 """Robustness across policy families and training stages, from `embodrl eval --perturb` reports.
 
-Reads one robustness.json per column (`LABEL=PATH`, e.g. `flow/RL=runs/robustness/flow_rl/robustness.json`),
-prints a markdown table of success at one level per axis with the fraction of nominal success it keeps,
-the smallest such fraction per column and whether it is at least --keep on every axis, and writes a
+Reads the robustness.json reports of each column (`LABEL=PATH`, e.g.
+`flow/RL=runs/robustness/flow_rl/robustness.json`, or `LABEL=PATH+PATH` for a column whose axes were
+evaluated in several runs of one checkpoint: their nominal rows must agree), prints a markdown table of
+success at one level per axis with the fraction of nominal success it keeps, the smallest such fraction
+per column and whether it is at least --keep on every axis, and writes a
 heatmap (colour: the fraction of nominal kept; text: success %).
 
     python benchmarks/robustness_families.py flow/SFT=A/robustness.json flow/RL=B/robustness.json ... \
@@ -15,22 +17,30 @@ import argparse
 import json
 from pathlib import Path
 
+from embodrl.sims.perturbation import AXES
+
 
 def load_columns(items: list[str], level: int) -> dict[str, dict[str, float]]:
     """Per column label: success rate of the nominal row ("nominal") and of each axis at `level`."""
     columns: dict[str, dict[str, float]] = {}
+    episodes: set[int] = set()
     for item in items:
-        label, sep, path = item.partition("=")
+        label, sep, paths = item.partition("=")
         if not sep:
-            raise SystemExit(f"{item}: expected LABEL=PATH/robustness.json")
-        report = json.loads(Path(path).read_text())
-        rates = {
-            ("nominal" if row["axis"] == "nominal" else row["axis"]): row["success_rate"]
-            for row in report["rows"]
-            if row["axis"] == "nominal" or row["level"] == level
-        }
+            raise SystemExit(f"{item}: expected LABEL=PATH/robustness.json[+PATH/robustness.json ...]")
+        rates: dict[str, float] = {}
+        for path in paths.split("+"):
+            report = json.loads(Path(path).read_text())
+            episodes.add(report["episodes"])
+            for row in report["rows"]:
+                if (
+                    row["axis"] == "nominal"
+                    and rates.get("nominal", row["success_rate"]) != row["success_rate"]
+                ):
+                    raise SystemExit(f"{label}: the nominal rows of {paths} differ (not one checkpoint?)")
+                if row["axis"] == "nominal" or row["level"] == level:
+                    rates[row["axis"]] = row["success_rate"]
         columns[label] = rates
-    episodes = {json.loads(Path(i.partition("=")[2]).read_text())["episodes"] for i in items}
     if len(episodes) != 1:
         raise SystemExit(f"the reports have different episode counts: {sorted(episodes)}")
     return columns
@@ -87,13 +97,15 @@ def heatmap(columns: dict[str, dict[str, float]], axes: list[str], level: int, p
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("reports", nargs="+", help="LABEL=PATH/robustness.json, one per column")
+    parser.add_argument(
+        "reports", nargs="+", help="LABEL=PATH/robustness.json[+PATH/robustness.json ...], one per column"
+    )
     parser.add_argument("--level", type=int, default=2, help="the level of every axis (default 2)")
     parser.add_argument("--keep", type=float, default=0.8, help="target fraction of nominal (default 0.8)")
     parser.add_argument("--plot", type=Path, help="heatmap PNG to write")
     args = parser.parse_args()
     columns = load_columns(args.reports, args.level)
-    axes = [a for a in next(iter(columns.values())) if a != "nominal"]
+    axes = sorted((a for a in next(iter(columns.values())) if a != "nominal"), key=list(AXES).index)
     missing = [(c, a) for c in columns for a in axes if a not in columns[c]]
     if missing:
         raise SystemExit(f"axes missing at level {args.level}: {missing}")
