@@ -15,7 +15,7 @@ from torch import nn
 
 from embodrl.errors import UserError
 from embodrl.policies.config import PolicyConfig
-from embodrl.policies.lora import apply_lora, group_of
+from embodrl.policies.lora import VLM_STATE_INPUT_PREFIXES, apply_lora, group_of
 
 VLM_GROUPS = ("vision", "language")
 
@@ -30,6 +30,10 @@ def prepare_finetuning(policy: nn.Module, cfg: PolicyConfig) -> nn.Module:
             "none; set policy.train_expert_only=false"
         )
     apply_lora(policy, cfg.trained_groups)
+    if cfg.train_expert_only:
+        for name, param in policy.named_parameters():
+            if name.startswith(VLM_STATE_INPUT_PREFIXES):
+                param.requires_grad_(False)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
     policy.cfg = dataclasses.replace(

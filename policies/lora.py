@@ -32,10 +32,12 @@ GROUP_PREFIXES = {
         "prefix_encoder.backbone.projector.",
         "encoder.images.",
     ),
-    # the language model and the state token's projection into it (a frozen VLM then leaves the whole
-    # prefix fixed, so RL can cache it)
-    "language": ("prefix_encoder.backbone.language_model.", "prefix_encoder.backbone.state_projection."),
+    "language": ("prefix_encoder.backbone.language_model.",),
 }
+# The state token's projection into the language model: new in imported VLAs, so it trains with the head
+# (also beside LoRA adapters), but policy.train_expert_only freezes it with the VLM: the whole prefix is
+# then fixed and RL caches it.
+VLM_STATE_INPUT_PREFIXES = ("prefix_encoder.backbone.state_projection.",)
 CRITIC_PREFIXES = ("critic.", "value_encoder.")
 # Linear layers of the transformers ViTs / decoders (and pi0's expert) that receive adapters.
 TARGET_LAYERS = (

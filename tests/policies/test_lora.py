@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from embodrl.errors import ConfigError, UserError
+from embodrl.policies.finetune import prepare_finetuning
 from embodrl.policies.lora import LoRAConfig, adapter_state_dict, apply_lora, group_of, merge_lora
 from tests.policies.vla_testing import build, make_obs
 
@@ -26,6 +27,15 @@ def test_groups_choose_what_trains():
     assert {"lm_head.weight", "slot_embeddings"} <= trainable
     assert any(n.startswith("critic.") for n in trainable)
     assert adapter_state_dict(policy) and all("lora_" in k for k in adapter_state_dict(policy))
+    # the state token's projection is new in an imported VLA: it trains beside the language adapters
+    assert any(n.startswith("prefix_encoder.backbone.state_projection.") for n in trainable)
+
+
+def test_a_frozen_vlm_freezes_the_state_projection_into_it():
+    policy = build("autoregressive", autoregressive={"decoding": "parallel"}, train_expert_only=True)
+    prepare_finetuning(policy, policy.cfg)
+    trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
+    assert not any(n.startswith("prefix_encoder.") for n in trainable) and "lm_head.weight" in trainable
 
 
 def test_merge_equals_the_adapted_forward_and_restores_names():
