@@ -74,6 +74,27 @@ class ReplayBuffer:
         self.cursor = state["cursor"]
 
 
+def step_transitions(
+    obs: TensorDict,
+    actions: torch.Tensor,
+    reward: torch.Tensor,
+    next_obs: TensorDict,
+    terminated: torch.Tensor,
+) -> TensorDict:
+    """One decision of each of N envs as the buffer keeps it: `reward` [N, C] is summed over the chunk, and
+    `next_obs` is the finished episode's last observation where an env auto-reset."""
+    return TensorDict(
+        {
+            "obs": obs,
+            "action": actions.float(),
+            "reward": reward.sum(-1).float(),
+            "next_obs": next_obs,
+            "terminated": terminated.bool(),
+        },
+        batch_size=[actions.shape[0]],
+    )
+
+
 def mixed_batch(
     online: ReplayBuffer,
     demos: ReplayBuffer | None,

@@ -19,6 +19,7 @@ import torch
 from tensordict import TensorDict
 
 from embodrl.choices import check_positive
+from embodrl.data.replay_buffer import step_transitions
 from embodrl.engine.episode_tracker import EpisodeTracker
 from embodrl.errors import UserError
 from embodrl.policies.base import Policy
@@ -73,16 +74,8 @@ def transition(
     obs: TensorDict, actions: torch.Tensor, result: StepResult, keys: tuple[str, ...]
 ) -> TensorDict:
     """One decision of each env as the replay buffer keeps it (data/replay_buffer.py)."""
-    return TensorDict(
-        {
-            "obs": obs.select(*keys),
-            "action": actions.float(),
-            "reward": result.reward.sum(-1).float(),
-            "next_obs": result.final_obs.select(*keys),  # the finished episode's last on auto-reset
-            "terminated": result.terminated.bool(),
-        },
-        batch_size=[actions.shape[0]],
-    )
+    next_obs = result.final_obs.select(*keys)  # the finished episode's last on auto-reset
+    return step_transitions(obs.select(*keys), actions, result.reward, next_obs, result.terminated)
 
 
 class SimActor:

@@ -20,7 +20,7 @@ from torch import nn
 
 from embodrl.algos import registry
 from embodrl.config import ExperimentConfig
-from embodrl.data.replay_buffer import ReplayBuffer, demo_transitions, mixed_batch
+from embodrl.data.replay_buffer import ReplayBuffer, demo_transitions, mixed_batch, step_transitions
 from embodrl.engine.episode_tracker import EpisodeTracker
 from embodrl.errors import ConfigError, UserError
 from embodrl.parallel.distributed import launched_by_torchrun
@@ -66,7 +66,7 @@ class OffPolicyRunner(Runner):
         if cfg.algo.noise_policy:
             self.env.prepare_actor(self.policy)
         self.algo = registry.get("off_policy", cfg.algo.name)(self.policy, cfg.algo)
-        self.keys = self.policy.cfg.read_keys  # what the buffer keeps of each observation
+        self.keys = self.policy.cfg.read_keys  # the observation keys the learner reads
         self.buffer = ReplayBuffer(cfg.algo.buffer_size)
         self.intervener = (
             ScriptedIntervener(cfg.intervention, self.env.num_envs, self.policy.cfg.chunk_size)
@@ -98,7 +98,7 @@ class OffPolicyRunner(Runner):
                 "would need chunks: set policy.chunk_size=1"
             )
         transitions = (
-            demo_transitions(root, self.policy.cfg.read_keys, algo.demo_episodes, self.policy.frozen_features)
+            demo_transitions(root, self.keys, algo.demo_episodes, self.policy.frozen_features)
             if root
             else None
         )
@@ -176,16 +176,7 @@ class OffPolicyRunner(Runner):
                 actions, driven = self.intervener.choose(actions, env.expert_actions())
             result = env.step(actions)
             stored_next = self.algo.stored_obs(result.final_obs)  # the finished episode's last
-            transitions = TensorDict(
-                {
-                    "obs": stored,
-                    "action": actions,
-                    "reward": result.reward.sum(-1),
-                    "next_obs": stored_next,
-                    "terminated": result.terminated,
-                },
-                batch_size=[env.num_envs],
-            )
+            transitions = step_transitions(stored, actions, result.reward, stored_next, result.terminated)
             self.buffer.add(transitions)
             if self.intervener is not None:
                 if driven.any():  # HG-DAgger / HIL-SERL: the takeovers are demonstrations too
