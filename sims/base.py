@@ -88,6 +88,16 @@ class StepResult:
         )
         return cls.from_tensordict(TensorDict(fields_, batch_size=reward.shape[:1], device=device))
 
+    def with_fields(self, **fields: torch.Tensor | TensorDict) -> StepResult:
+        """This result with some of its fields replaced (what env wrappers return)."""
+        kept = {
+            name: getattr(self, name)
+            for name in ("obs", "reward", "terminated", "truncated", "success", "final_obs", "steps_executed")
+        }
+        return StepResult.build(
+            **(kept | fields), device=self.device, episode_flags=dict(self.episode_flags.items())
+        )
+
     @property
     def done(self) -> torch.Tensor:
         return self.terminated | self.truncated

@@ -52,14 +52,7 @@ class HoldAfterSuccess(WrappedEnv):
         # the env reset the episodes it ended itself: their observation is a new episode's first
         self.success_now = success & ~inner_done
         self._clear(inner_done.nonzero().flatten())
-        return StepResult.build(
-            obs=res.obs,
-            reward=res.reward,
+        return res.with_fields(
             terminated=res.terminated | ended.to(res.terminated.device),
             truncated=res.truncated | timed_out.to(res.truncated.device),
-            success=res.success,
-            final_obs=res.final_obs,
-            steps_executed=res.steps_executed,
-            device=res.device,
-            episode_flags=dict(res.episode_flags.items()),
         )

@@ -62,7 +62,7 @@ class ClassifierReward:
         reward = torch.zeros_like(res.reward)
         last = (res.steps_executed - 1).clamp_min(0)
         reward[torch.arange(len(reward)), last] = (predicted & ran).to(reward.dtype)
-        return replaced(res, reward=reward, success=predicted & ran)
+        return res.with_fields(reward=reward, success=predicted & ran)
 
     def end_on_success(self, env: VecEnv, res: StepResult) -> StepResult:
         """With terminate_on_success: episodes the classifier calls done end, and their envs restart from
@@ -73,7 +73,7 @@ class ClassifierReward:
         states = torch.randint(env.num_init_states, (len(ended),), generator=self.restarts)
         obs = res.obs.clone()
         obs[ended] = env.reset_to(states, ended)[ended]
-        return replaced(res, obs=obs, terminated=res.terminated | res.success)
+        return res.with_fields(obs=obs, terminated=res.terminated | res.success)
 
     def pop_metrics(self) -> dict[str, float]:
         """Since the last call: how often the classifier predicted success, how often the simulator had
@@ -87,17 +87,6 @@ class ClassifierReward:
             "reward/false_positive": counts["false_positive"] / n,
             "reward/false_negative": counts["false_negative"] / n,
         }
-
-
-def replaced(res: StepResult, **fields) -> StepResult:
-    """`res` with some of its fields replaced."""
-    kept = {
-        name: getattr(res, name)
-        for name in ("obs", "reward", "terminated", "truncated", "success", "final_obs", "steps_executed")
-    }
-    return StepResult.build(
-        **(kept | fields), device=res.device, episode_flags=dict(res.episode_flags.items())
-    )
 
 
 class LearnedRewardEnv(StagedEnv):
@@ -148,20 +137,21 @@ class LearnedRewardVecEnv(WrappedEnv):
         return self.judge.pop_metrics()
 
 
+def load_judge(cfg: RewardConfig, device: str = "cpu") -> tuple[SuccessClassifier, float]:
+    """`reward.model`'s classifier (a one-line error when it is not one) and its threshold."""
+    classifier = load_classifier(cfg.model, device)
+    return classifier, cfg.threshold if cfg.threshold is not None else classifier.spec.threshold
+
+
 def learned_reward_env(
     cfg: RewardConfig, env_cfg: EnvConfig, engine: EngineConfig, device: str = "cpu"
 ) -> LearnedRewardEnv:
-    """The trainer's env for `reward.model`: the checkpoint loaded (a one-line error when it is not one)."""
-    classifier = load_classifier(cfg.model, device)
-    threshold = cfg.threshold if cfg.threshold is not None else classifier.spec.threshold
-    return LearnedRewardEnv(env_cfg, engine, classifier, threshold, cfg.terminate_on_success, device)
+    """The trainer's env for `reward.model`."""
+    return LearnedRewardEnv(env_cfg, engine, *load_judge(cfg, device), cfg.terminate_on_success, device)
 
 
 def learned_reward_vecenv(cfg: RewardConfig, env_cfg: EnvConfig, device: str = "cpu") -> LearnedRewardVecEnv:
     """The simulator of `env_cfg` (its own success no longer ending episodes) behind `reward.model`."""
-    classifier = load_classifier(cfg.model, device)
-    threshold = cfg.threshold if cfg.threshold is not None else classifier.spec.threshold
+    judge = ClassifierReward(*load_judge(cfg, device), cfg.terminate_on_success, env_cfg.seed)
     env = make_env(dataclasses.replace(env_cfg, terminate_on_success=False), device=device)
-    return LearnedRewardVecEnv(
-        env, ClassifierReward(classifier, threshold, cfg.terminate_on_success, env_cfg.seed)
-    )
+    return LearnedRewardVecEnv(env, judge)
