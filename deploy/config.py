@@ -204,15 +204,38 @@ class TeleopConfig:
         check_positive("teleop.step", self.step)
 
 
-@dataclass
-class DeployConfig:
-    """`embodrl deploy CONFIG`: the robot-side loop."""
+RESET_MODES = ("auto", "robot", "home", "operator")
 
-    policy: str = ""  # a checkpoint folder (local inference) or ws://host:port (remote server)
-    api_key: str | None = None  # for a remote server that requires one; unset: EMBODRL_API_KEY
+
+@dataclass
+class ResetConfig:
+    """How the scene is reset between the episodes of a learning robot (`embodrl actor --robot`).
+
+    robot: the robot's own reset (the sim stand-in's); home: a scripted move to `home` through the safety
+    layer; operator: wait for the operator's Enter on the terminal; auto: robot where the robot has one,
+    else operator.
+    """
+
+    mode: str = "auto"
+    # home: the end-effector position [x, y, z] (m) for delta actions, the target action [A] for absolute
+    home: tuple[float, ...] | None = None
+    home_steps: int = 100  # home: the longest move, in control steps
+    home_tolerance: float = 0.005  # home: arrived when every coordinate is this close
+
+    def __post_init__(self) -> None:
+        check_choice("reset.mode", self.mode, RESET_MODES)
+        if self.mode == "home" and not self.home:
+            raise ConfigError("reset.mode=home needs reset.home (the EE position [x, y, z] or target action)")
+        check_positive("reset.home_steps", self.home_steps)
+        check_positive("reset.home_tolerance", self.home_tolerance)
+
+
+@dataclass
+class RobotLoopConfig:
+    """What the robot loop (deploy/loop.py) runs by: the robot, its rate and limits, keys, teleop."""
+
     fps: float = 10.0
     max_steps: int = 200  # per episode
-    episodes: int = 1
     prompt: str = ""  # instruction sent with every observation ("" : the robot's own task)
     record_dir: str = ""  # write episodes as a LeRobotDataset v3 here ("" : no recording)
     robot: RobotConfig = field(default_factory=RobotConfig)
@@ -222,19 +245,31 @@ class DeployConfig:
     teleop: TeleopConfig = field(default_factory=TeleopConfig)
 
     def __post_init__(self) -> None:
-        self.api_key = api_key_or_environment(self.api_key)
-        if not self.policy:
-            raise ConfigError(
-                "deploy.policy is empty; give a checkpoint folder or ws://host:port of `embodrl serve`"
-            )
         check_positive("deploy.fps", self.fps)
         check_positive("deploy.max_steps", self.max_steps)
-        check_positive("deploy.episodes", self.episodes)
         if self.teleop.keyboard and self.safety.action_type != "delta":
             raise ConfigError(
                 "teleop.keyboard sends delta end-effector actions; with safety.action_type=absolute its "
                 "zeros would be targets. Use it with delta actions only"
             )
+
+
+@dataclass
+class DeployConfig(RobotLoopConfig):
+    """`embodrl deploy CONFIG`: the robot-side loop with a trained policy."""
+
+    policy: str = ""  # a checkpoint folder (local inference) or ws://host:port (remote server)
+    api_key: str | None = None  # for a remote server that requires one; unset: EMBODRL_API_KEY
+    episodes: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.api_key = api_key_or_environment(self.api_key)
+        if not self.policy:
+            raise ConfigError(
+                "deploy.policy is empty; give a checkpoint folder or ws://host:port of `embodrl serve`"
+            )
+        check_positive("deploy.episodes", self.episodes)
 
     @property
     def remote(self) -> bool:

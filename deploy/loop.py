@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from embodrl.deploy.chunking import ChunkExecutor
-from embodrl.deploy.config import DeployConfig
+from embodrl.deploy.config import RobotLoopConfig
 from embodrl.deploy.inference import BackgroundInference, ChunkSource
 from embodrl.deploy.recording import EpisodeRecorder, StepRecord
 from embodrl.deploy.robot import Robot, RobotIO
@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 # A human takeover: given the robot observation, an action [A] to execute instead of the policy's, or None.
 Intervention = Callable[[dict[str, Any]], np.ndarray | None]
+StepObserver = Callable[[StepRecord], None]  # told every step as it is recorded (a learning actor)
 
 
 @dataclass
@@ -56,13 +57,18 @@ class ControlLoop:
 
     def __init__(
         self,
-        cfg: DeployConfig,
+        cfg: RobotLoopConfig,
         robot: Robot,
         source: ChunkSource,
         recorder_root: str = "",
         intervention: Intervention | None = None,
+        on_step: StepObserver | None = None,
+        stop_when_done: bool = False,
     ) -> None:
+        """`on_step` sees every step's record; `stop_when_done` ends an episode once the task is done (the
+        robot's success or the operator's mark), as a learning episode ends on success."""
         self.cfg, self.robot, self.source, self.intervention = cfg, robot, source, intervention
+        self.on_step, self.stop_when_done = on_step, stop_when_done
         self.io = RobotIO(
             robot,
             cfg.keys,
@@ -114,12 +120,12 @@ class ControlLoop:
                 actual = self.io.action_vector(self.robot.send_action(self.io.action_dict(sent)))
                 stats.steps += 1
                 loop_ms.append(1000 * (time.monotonic() - start))
+                record = StepRecord(observation, requested, actual, intervened, teleop, loop_ms[-1], done_now)
                 if self.recorder is not None:
-                    record = StepRecord(
-                        observation, requested, actual, intervened, teleop, loop_ms[-1], done_now
-                    )
                     self.recorder.add(record)
-                if getattr(self.robot, "done", False):
+                if self.on_step is not None:
+                    self.on_step(record)
+                if getattr(self.robot, "done", False) or (self.stop_when_done and self._task_done()):
                     stats.stop_reason = "task_done"
                     break
                 self._deadline = self._sleep_until(self._deadline, stats) + self.period
@@ -189,7 +195,7 @@ class ControlLoop:
 CAMERA_SETTINGS = {"rgb": "robot.camera", "wrist_rgb": "robot.wrist_camera"}  # policy input -> robot setting
 
 
-def check_compatible(cfg: DeployConfig, source: ChunkSource, robot_action_dim: int) -> None:
+def check_compatible(cfg: RobotLoopConfig, source: ChunkSource, robot_action_dim: int) -> None:
     """Refuse to run a policy whose chunk or action size differs from the deploy config / robot.
 
     A size of 0 is unknown (an openpi server that does not report it): the first chunk is checked instead.

@@ -58,22 +58,15 @@ class PolicyRunner(ABC):
         }
 
 
-class CheckpointRunner(PolicyRunner):
-    """An embodrl policy checkpoint, run deterministically (the policy's mean/greedy action chunk)."""
+class ModelRunner(PolicyRunner):
+    """An embodrl policy object, run deterministically (its mean/greedy action chunk) or sampling."""
 
-    def __init__(self, directory: str | Path, device: str = "cpu") -> None:
-        from embodrl.policies.loading import load_policy
-
-        self.policy = load_policy(directory, device=device).eval()
-        cfg = self.policy.cfg
-        if cfg.steers:
-            raise UserError(
-                f"{directory} picks the initial noise of {cfg.steers} (noise-space RL), which serving does "
-                "not decode yet; evaluate it with `embodrl eval`"
-            )
+    def __init__(self, policy: Any, deterministic: bool = True) -> None:
+        self.policy, self.deterministic = policy, deterministic
+        cfg, device = policy.cfg, policy.device
         if "privileged" in cfg.obs_keys:
             raise UserError(
-                f"{directory} reads privileged simulator state (policy.obs_keys={list(cfg.obs_keys)}); "
+                f"the policy reads privileged simulator state (policy.obs_keys={list(cfg.obs_keys)}); "
                 "a robot cannot provide it: train the deployed policy on rgb/wrist_rgb/state only"
             )
         self.action_horizon, self.action_dim, self.device = cfg.chunk_size, cfg.action_dim, device
@@ -110,7 +103,7 @@ class CheckpointRunner(PolicyRunner):
                 actions = self.policy.act_guided(obs, self._chunk_guidance(prefixes))
         else:
             with torch.inference_mode():
-                actions = self.policy.act(obs, deterministic=True).actions  # [N, H, A]
+                actions = self.policy.act(obs, deterministic=self.deterministic).actions  # [N, H, A]
         return actions.float().cpu().numpy()
 
     def _chunk_guidance(self, prefixes: list):
@@ -127,3 +120,18 @@ class CheckpointRunner(PolicyRunner):
                 prev[i, : len(prefix.actions)] = torch.from_numpy(prefix.actions)
                 overlap[i], delay[i] = len(prefix.actions), prefix.delay
         return ChunkGuidance(prev.to(self.device), overlap, delay)
+
+
+class CheckpointRunner(ModelRunner):
+    """An embodrl policy checkpoint, run deterministically."""
+
+    def __init__(self, directory: str | Path, device: str = "cpu") -> None:
+        from embodrl.policies.loading import load_policy
+
+        policy = load_policy(directory, device=device).eval()
+        if policy.cfg.steers:
+            raise UserError(
+                f"{directory} picks the initial noise of {policy.cfg.steers} (noise-space RL), which serving "
+                "does not decode yet; evaluate it with `embodrl eval`"
+            )
+        super().__init__(policy)

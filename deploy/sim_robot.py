@@ -18,9 +18,21 @@ from embodrl.deploy.robot import MotorsAndCameras
 from embodrl.obs_keys import IMAGE_KEYS
 from embodrl.sims.config import EnvConfig
 from embodrl.sims.registry import make_env
+from embodrl.sims.tabletop.layout import EE_START_HIGH, OBJECT_HIGH, OBJECT_LOW
 
 EE_FEATURES = ("ee.x", "ee.y", "ee.z")  # the tabletop state starts with the EE position
 NO_TIME_LIMIT = 10**6  # the deploy loop, not the sim, decides when an episode is over
+# The end-effector box a learning policy stays in (`embodrl actor --robot` turns it on by default): the
+# region where objects are placed, 10 cm wider on each side, from 1 cm above the table (grasps reach down
+# to the cube's centre, 2.25 cm) to 10 cm above the highest start of the arm.
+BOX_MARGIN, TABLE_CLEARANCE = 0.1, 0.01
+LEARNING_WORKSPACE = tuple(
+    tuple(round(float(value), 3) for value in corner)
+    for corner in (
+        (*(OBJECT_LOW - BOX_MARGIN), TABLE_CLEARANCE),
+        (*(OBJECT_HIGH + BOX_MARGIN), EE_START_HIGH[2] + BOX_MARGIN),
+    )
+)
 
 
 class SimRobot(MotorsAndCameras):

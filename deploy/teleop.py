@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from embodrl.deploy.config import DeployConfig
+from embodrl.deploy.config import RobotLoopConfig
 from embodrl.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ def read_available(fd: int) -> str:
 
 @contextmanager
 def keyboard_teleop(
-    cfg: DeployConfig, action_dim: int, stream: TextIO | None = None
+    cfg: RobotLoopConfig, action_dim: int, stream: TextIO | None = None
 ) -> Iterator[KeyboardTeleop]:
     """A KeyboardTeleop reading the terminal `stream` (stdin) in cbreak mode, restored on exit."""
     import termios

@@ -399,6 +399,9 @@ def cmd_actor(args: argparse.Namespace) -> None:
     check_positive("--batch-steps", args.batch_steps)
     check_positive("--transitions", args.transitions, allow_zero=True)
     check_positive("--status-every", args.status_every)
+    if args.robot:
+        _robot_actor(args)
+        return
     experiment, overrides = _experiment_and_overrides(args.config)
     cfg = compose(experiment, overrides)
     if cfg.train.torch_threads:
@@ -415,6 +418,22 @@ def cmd_actor(args: argparse.Namespace) -> None:
         status_every_s=args.status_every,
         device=cfg.device,
     )
+    print(status)
+
+
+def _robot_actor(args: argparse.Namespace) -> None:
+    from embodrl.deploy.config import load_config
+    from embodrl.remote.config import ActorConnectionConfig
+    from embodrl.remote.robot_actor import run_robot_actor
+    from embodrl.remote.robot_config import RobotActorConfig
+
+    path, overrides = _experiment_and_overrides(args.config)
+    cfg = load_config(RobotActorConfig, path, overrides)
+    # a robot cannot pause: with the learner away, a full outbox drops its oldest batch
+    conn = ActorConnectionConfig(
+        learner=args.learner, actor_id=args.id, wait_s=args.wait, drop_when_full=True
+    )
+    _, status = run_robot_actor(cfg, conn, args.batch_steps, decisions=args.transitions)
     print(status)
 
 
@@ -713,15 +732,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "actor",
-        help="play a simulator with a remote learner's weights and stream its transitions to it",
-        description="A simulated actor of `embodrl learner`: builds the learner's policy from the spec it "
-        "sends, acts at random until the learner publishes weights, and sends transitions in batches. "
-        "Acting never waits on the network: unacknowledged batches stay in a bounded outbox and are "
-        "resent after a reconnect (with backoff); the learner drops duplicates by (actor id, batch "
-        "number). Give the learner's experiment (its env); the API key comes from EMBODRL_API_KEY. "
-        + OVERRIDES_HELP,
+        help="play a simulator or a robot with a remote learner's weights and stream its transitions to it",
+        description="An actor of `embodrl learner`: builds the learner's policy from the spec it sends, acts "
+        "at random until the learner publishes weights, and sends transitions in batches. Acting never "
+        "waits on the network: unacknowledged batches stay in a bounded outbox and are resent after a "
+        "reconnect (with backoff); the learner drops duplicates by (actor id, batch number). The API key "
+        "comes from EMBODRL_API_KEY. Simulated (default): give the learner's experiment (its env). "
+        + OVERRIDES_HELP
+        + " Robot (--robot): give `embodrl deploy`'s robot settings instead (a YAML of them, then "
+        "key=value: robot.kind=sim, safety.*, teleop.keyboard=true, fps, max_steps, record_dir), plus "
+        "episodes (0: until the learner finishes), workspace_box and reset.mode (auto|robot|home|"
+        "operator, reset.home). Every action, the policy's or that of a human who took over with teleop, "
+        "goes through the safety layer, with the end-effector box safety.workspace_low/high on by default "
+        "(the sim has one; other robots must set it, or workspace_box=false); steps a human drove are "
+        "flagged; the intervention rate and safety clamps are printed per episode.",
     )
-    _add_experiment_arguments(p)
+    p.add_argument(
+        "config",
+        nargs="*",
+        metavar="[EXPERIMENT|ROBOT.yaml] [OVERRIDES]",
+        help="the learner's experiment and overrides; with --robot, robot settings and key=value",
+    )
+    p.add_argument(
+        "--robot",
+        action="store_true",
+        help="act on a robot (robot.kind=sim: the MuJoCo stand-in) through the deploy loop and safety layer",
+    )
     p.add_argument("--learner", default="ws://127.0.0.1:8765", help="the learner's ws://host:port")
     p.add_argument("--id", default="actor-0", help="this actor's id, unique per learner (default actor-0)")
     p.add_argument(
@@ -730,7 +766,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=8,
         help="decisions per batch, each env.num_envs transitions (default 8)",
     )
-    p.add_argument("--transitions", type=int, default=0, help="stop after this many (default 0: run on)")
+    p.add_argument(
+        "--transitions",
+        type=int,
+        default=0,
+        help="stop after this many (--robot: at the end of that episode; default 0: run on)",
+    )
     p.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the learner to start")
     p.add_argument("--status-every", type=float, default=10.0, help="seconds between status lines")
     p.set_defaults(func=cmd_actor)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -78,6 +80,65 @@ def transition(
     return step_transitions(obs.select(*keys), actions, result.reward, next_obs, result.terminated)
 
 
+class PolicyCopy:
+    """The learner's policy as an actor holds it: built from the spec the learner sent, its weights replaced
+    by each newer version the client received (`refresh`, between decisions)."""
+
+    def __init__(self, client: LearnerClient, device: str = "cpu") -> None:
+        self.client = client
+        self.policy = policy_from_spec(client.policy_spec, device)
+        self.version = 0  # of the weights acting; 0: none yet (act uniformly at random)
+
+    def refresh(self) -> None:
+        weights = self.client.take_weights()
+        if weights is not None:
+            version, state = weights
+            self.policy.load_state_dict(to_tensors(state, self.policy.device))
+            self.version = version
+
+
+class TransitionBatches:
+    """An actor's transitions on their way to the learner: collected, then sent as one acknowledged batch."""
+
+    def __init__(self, client: LearnerClient) -> None:
+        self.client = client
+        self.pending: list[TensorDict] = []
+
+    def add(self, transitions: TensorDict) -> int:
+        """Collect transitions [B]; returns how many collections are pending."""
+        self.pending.append(transitions)
+        return len(self.pending)
+
+    def send(self, env_steps: int, episodes: dict[str, float] | None = None, wait: bool = True) -> bool:
+        """Send what is pending with the env steps it took and the outcomes of the episodes that ended in it
+        (the learner logs them); whether it was queued (see LearnerClient.submit's `wait`)."""
+        transitions, self.pending = torch.cat(self.pending), []
+        has_episodes = episodes is not None and episodes["episodes"]
+        seq = self.client.submit(
+            to_arrays(transitions), env_steps, episodes=episodes if has_episodes else None, wait=wait
+        )
+        return seq is not None
+
+    def send_rest(self, env_steps: int, episodes: dict[str, float] | None = None) -> None:
+        """Stopping: send what is pending unless the outbox is full (the learner away): never waits."""
+        sendable = self.client.error is None and not self.client.finished
+        if self.pending and sendable and not self.send(env_steps, episodes, wait=False):
+            logger.warning("the outbox is full: the last %d decisions are not sent", len(self.pending))
+        self.pending = []
+
+
+def status_line(client: LearnerClient, stats: ActorStats) -> str:
+    """An actor's status: what it played and how far the learner acknowledged it."""
+    acked = client.stats
+    link = "learner finished" if client.finished else "connected" if client.connected else "learner away"
+    return (
+        f"actor {client.cfg.actor_id}: {stats.decisions} transitions, {stats.episodes} episodes, "
+        f"weights v{stats.version}; acked up to batch {acked.last_acked_seq} ({acked.acked_transitions} "
+        f"transitions), {client.unacked} unacked, {acked.dropped} dropped, {acked.reconnects} reconnects; "
+        f"{link}"
+    )
+
+
 class SimActor:
     """Plays `env` with the learner's weights, streaming transitions through `client`."""
 
@@ -87,22 +148,18 @@ class SimActor:
         check_positive("--batch-steps", batch_steps)
         check_env_fits(env, client.policy_spec)
         self.env, self.client, self.batch_steps = env, client, batch_steps
-        self.policy = policy_from_spec(client.policy_spec, device)
+        self.copy = PolicyCopy(client, device)
+        self.policy = self.copy.policy
         self.keys = tuple(client.policy_spec["read_keys"])
         self.seed = actor_seed(seed, client.cfg.actor_id)
         self.generator = torch.Generator().manual_seed(self.seed)  # the uniform actions before weights
         self.stats = ActorStats()
         self.episodes = EpisodeTracker.zeros(env.num_envs)  # episodes run on across batches
-
-    def _load_new_weights(self) -> None:
-        weights = self.client.take_weights()
-        if weights is not None:
-            version, state = weights
-            self.policy.load_state_dict(to_tensors(state, self.policy.device))
-            self.stats.version = version
+        self.batches = TransitionBatches(client)
+        self.results: list[StepResult] = []  # the pending batch's steps
 
     def _actions(self, obs: TensorDict) -> torch.Tensor:
-        if self.stats.version:
+        if self.copy.version:
             with torch.no_grad():
                 return self.policy.act(obs).actions
         spec = self.env.action_spec  # no weights yet: uniform over the env's bounds, as the local runner
@@ -115,34 +172,31 @@ class SimActor:
         run; the last partial batch is sent too. Prints a status line every `status_every_s`."""
         torch.manual_seed(self.seed)  # the policy's samples
         obs = self.env.reset(seed=self.seed)
-        pending: list[tuple[TensorDict, StepResult]] = []
         next_status = time.monotonic() + status_every_s
         try:
             while (not decisions or self.stats.decisions < decisions) and not self.client.finished:
-                self._load_new_weights()
+                self.copy.refresh()
+                self.stats.version = self.copy.version
                 actions = self._actions(obs)
                 result = self.env.step(actions)
-                pending.append((transition(obs, actions, result, self.keys), result))
+                self.results.append(result)
                 self.stats.decisions += self.env.num_envs
                 self.stats.env_steps += int(result.steps_executed.sum())
                 self.stats.episodes += int(result.done.sum())
-                if len(pending) == self.batch_steps:
-                    self._submit(pending)
-                    pending = []
+                if self.batches.add(transition(obs, actions, result, self.keys)) == self.batch_steps:
+                    self.batches.send(*self._outcomes())
                 obs = result.obs
                 if time.monotonic() >= next_status:
                     print(self.status(), flush=True)
                     next_status = time.monotonic() + status_every_s
-        finally:  # the last partial batch, unless the outbox is full (the learner away): stopping never waits
-            sendable = self.client.error is None and not self.client.finished
-            if pending and sendable and not self._submit(pending, wait=False):
-                logger.warning("the outbox is full: the last %d steps are not sent", len(pending))
+        finally:
+            if self.results:
+                self.batches.send_rest(*self._outcomes())
         return self.stats
 
-    def _submit(self, pending: list[tuple[TensorDict, StepResult]], wait: bool = True) -> bool:
-        """Send a batch with the outcomes of the episodes that ended in it (the learner logs them); whether
-        it was queued (see LearnerClient.submit's `wait`)."""
-        transitions, results = zip(*pending, strict=True)
+    def _outcomes(self) -> tuple[int, dict[str, float]]:
+        """The pending steps' env steps and the outcomes of the episodes that ended in them."""
+        results, self.results = self.results, []
         steps = torch.stack([r.steps_executed for r in results])
         self.episodes.record_rollout(
             torch.stack([r.reward for r in results]),
@@ -150,31 +204,24 @@ class SimActor:
             torch.stack([r.done for r in results]),
             torch.stack([r.success for r in results]),
         )
-        outcomes = self.episodes.pop()
-        seq = self.client.submit(
-            to_arrays(torch.cat(transitions)),
-            int(steps.sum()),
-            episodes=outcomes if outcomes["episodes"] else None,
-            wait=wait,
-        )
-        return seq is not None
+        return int(steps.sum()), self.episodes.pop()
 
     def status(self) -> str:
-        stats, client = self.stats, self.client.stats
-        link = (
-            "learner finished"
-            if self.client.finished
-            else "connected"
-            if self.client.connected
-            else "learner away"
-        )
-        return (
-            f"actor {self.client.cfg.actor_id}: {stats.decisions} transitions, {stats.episodes} episodes, "
-            f"weights v{stats.version}; acked up to batch {client.last_acked_seq} "
-            f"({client.acked_transitions} transitions), {self.client.unacked} unacked, "
-            f"{client.dropped} dropped, "
-            f"{client.reconnects} reconnects; {link}"
-        )
+        return status_line(self.client, self.stats)
+
+
+@contextmanager
+def learner_connection(conn: ActorConnectionConfig, flush_s: float) -> Iterator[LearnerClient]:
+    """A connected client; on leaving, wait up to `flush_s` for the unacknowledged batches, then raise what
+    stopped the connection, if anything did."""
+    with LearnerClient(conn) as client:
+        try:
+            yield client
+        finally:
+            if not client.flush(flush_s) and not client.finished:
+                logger.warning("leaving %d batches unacknowledged (the learner is away)", client.unacked)
+        if client.error is not None:
+            raise client.error
 
 
 def run_actor(
@@ -189,13 +236,7 @@ def run_actor(
 ) -> tuple[ActorStats, str]:
     """Connect, act, and before leaving wait up to `flush_s` for the unacknowledged batches; returns the
     stats and the last status line."""
-    with LearnerClient(conn) as client, make_env(env_cfg, device=device) as env:
+    with learner_connection(conn, flush_s) as client, make_env(env_cfg, device=device) as env:
         actor = SimActor(env, client, batch_steps, seed, device)
-        try:
-            actor.run(decisions, status_every_s)
-        finally:
-            if not client.flush(flush_s) and not client.finished:
-                logger.warning("leaving %d batches unacknowledged (the learner is away)", client.unacked)
-        if client.error is not None:
-            raise client.error
-        return actor.stats, actor.status()
+        actor.run(decisions, status_every_s)
+    return actor.stats, actor.status()

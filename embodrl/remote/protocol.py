@@ -14,7 +14,9 @@ A batch the learner cannot take is answered with a text frame "error: <reason>".
 its iterations closes every connection with reason FINISHED (its actors stop); any other close means
 the learner is away (its actors reconnect). `transitions` holds
 arrays [B, ...]: "obs" and "next_obs" (maps of the policy's observation keys), "action" [B, C, A] float32,
-"reward" [B] float32, "terminated" [B] bool. `episodes` sums up the episodes that ended in the batch:
+"reward" [B] float32, "terminated" [B] bool, and optionally "intervention" [B] bool (a human or scripted
+expert drove that step: the learner keeps it in its demo buffer too). `episodes` sums up the episodes that
+ended in the batch:
 {"episodes": count, "return": mean, "length": mean, "success": mean, <the env's flags>: mean}. Sequence
 numbers count each actor's batches from 0; the learner keeps the last one it stored per actor, so a
 batch sent again after a reconnect is acknowledged as a duplicate and dropped. Weights version 0 means
@@ -44,6 +46,7 @@ __all__ = [
 
 OBSERVATIONS = ("obs", "next_obs")
 FIXED_DTYPES = {"action": np.float32, "reward": np.float32, "terminated": np.bool_}
+OPTIONAL_FLAGS = ("intervention",)  # [B] bool, sent by actors whose steps a human may drive
 MAX_ID_LENGTH = 64
 FINISHED = "the learner finished its run"  # the close reason that stops actors
 MAX_OUTCOMES = 32  # entries of a batch's episode summary
@@ -88,8 +91,11 @@ def check_transitions(
             raise ProtocolError(f"transitions[{name}] is {array.dtype}, expected numbers")
 
     expected = {*OBSERVATIONS, *FIXED_DTYPES}
-    if set(transitions) != expected:
-        raise ProtocolError(f"transitions hold {sorted(transitions)}, expected {sorted(expected)}")
+    if not expected <= set(transitions) <= expected | set(OPTIONAL_FLAGS):
+        raise ProtocolError(
+            f"transitions hold {sorted(transitions)}, expected {sorted(expected)} (and optionally "
+            f"{list(OPTIONAL_FLAGS)})"
+        )
     for group in OBSERVATIONS:
         observations = transitions[group]
         if not isinstance(observations, dict) or set(observations) != set(obs_shapes):
@@ -100,6 +106,9 @@ def check_transitions(
     check("action", transitions["action"], tuple(chunk), FIXED_DTYPES["action"])
     check("reward", transitions["reward"], (), FIXED_DTYPES["reward"])
     check("terminated", transitions["terminated"], (), FIXED_DTYPES["terminated"])
+    for flag in OPTIONAL_FLAGS:
+        if flag in transitions:
+            check(flag, transitions[flag], (), np.bool_)
     if not count:
         raise ProtocolError("a batch holds at least one transition")
     return count

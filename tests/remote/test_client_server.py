@@ -190,6 +190,8 @@ def test_the_commands_have_help(command, capsys):
     assert done.value.code == 0
     text = capsys.readouterr().out
     assert "acknowledg" in text and "EMBODRL_API_KEY" in text and "%%" not in text
+    if command == "actor":  # the robot mode: the deploy loop's safety layer and its box, teleop, resets
+        assert all(word in text for word in ("--robot", "workspace_box", "teleop", "reset.mode"))
 
 
 def test_actors_of_one_experiment_explore_differently():

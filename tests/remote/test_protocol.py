@@ -26,6 +26,8 @@ def transitions(count: int = 2) -> dict:
 
 def test_a_batch_shaped_as_the_policy_reads_is_counted():
     assert check_transitions(transitions(5), SHAPES, (1, 2)) == 5
+    flagged = {**transitions(5), "intervention": np.array([True, False, False, True, False])}
+    assert check_transitions(flagged, SHAPES, (1, 2)) == 5  # the steps a human drove
 
 
 @pytest.mark.parametrize(
@@ -37,6 +39,8 @@ def test_a_batch_shaped_as_the_policy_reads_is_counted():
         (lambda t: t.update(terminated=np.zeros(2, np.float32)), "terminated] is float32, expected bool"),
         (lambda t: t["next_obs"].update(state=np.array([["a"] * 3] * 2)), "expected numbers"),
         (lambda t: t.pop("next_obs"), "expected \\['action', 'next_obs'"),
+        (lambda t: t.update(intervention=np.zeros(2, np.float32)), "intervention] is float32, expected bool"),
+        (lambda t: t.update(driver=np.zeros(2, bool)), "optionally \\['intervention'\\]"),
     ],
 )
 def test_a_batch_that_differs_is_refused_saying_how(change, message):
