@@ -268,9 +268,10 @@ def cmd_eval(args: argparse.Namespace) -> None:
     flags = summary["flags"]  # the env's episode flags, e.g. tabletop-lang's wrong_object
     for name, flag in flags.items():
         print(f"{name}: {flag['rate']:.1%} of episodes")
-    for text, rate in summary["per_instruction"].items():
-        shares = "".join(f"  {name} {flag['per_instruction'][text]:6.1%}" for name, flag in flags.items())
-        print(f"  {rate:6.1%}{shares}  {text}")
+    for grouping in ("per_task", "per_instruction"):
+        for group, rate in summary[grouping].items():
+            shares = "".join(f"  {name} {flag[grouping][group]:6.1%}" for name, flag in flags.items())
+            print(f"  {rate:6.1%}{shares}  {group}")
     print(f"outputs: {out}")
 
 

@@ -137,6 +137,11 @@ class VecEnv(ABC):
         """The keys of every StepResult.episode_flags this env returns; most envs report none."""
         return ()
 
+    @property
+    def instruction_tasks(self) -> list[str]:
+        """The task of each instruction_table entry, for multi-task suites ([]: one task, or unknown)."""
+        return []
+
     @abstractmethod
     def reset(self, seed: int | None = None, options: dict | None = None) -> TensorDict:
         """Reset all envs; with a seed the sequence of episodes is reproducible."""

@@ -35,6 +35,10 @@ class WrappedEnv(VecEnv):
     def episode_flag_names(self) -> tuple[str, ...]:
         return self.env.episode_flag_names
 
+    @property
+    def instruction_tasks(self) -> list[str]:
+        return self.env.instruction_tasks
+
     def reset(self, seed: int | None = None, options: dict | None = None) -> TensorDict:
         return self.env.reset(seed, options)
 

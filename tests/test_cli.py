@@ -10,6 +10,7 @@ from embodrl.cli import build_parser, main
 from embodrl.config import compose
 from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.sims.registry import make_env
+from embodrl.sims.tabletop.tasks import TASK_NAMES
 from embodrl.train.policy_setup import build_policy
 from embodrl.train.rl_runner import OnPolicyRunner
 
@@ -228,3 +229,7 @@ def test_eval_prints_the_envs_episode_flags_next_to_success(tmp_path, capsys):
     assert f"\nwrong_object: {flag['rate']:.1%} of episodes\n" in out
     for text, share in flag["per_instruction"].items():  # beside each instruction's success
         assert f"  wrong_object {share:6.1%}  {text}\n" in out
+    per_task = json.loads((tmp_path / "summary.json").read_text())["per_task"]
+    assert per_task and set(per_task) <= set(TASK_NAMES)  # both episodes' tasks, each with its success
+    for task, share in flag["per_task"].items():
+        assert f"{per_task[task]:6.1%}  wrong_object {share:6.1%}  {task}\n" in out

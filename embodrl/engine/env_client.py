@@ -206,6 +206,10 @@ class StagedEnv(VecEnv):
     def episode_flag_names(self) -> tuple[str, ...]:
         return self._spec["episode_flag_names"]
 
+    @property
+    def instruction_tasks(self) -> list[str]:
+        return self._spec["instruction_tasks"]
+
     def _all_obs(self) -> TensorDict:
         return torch.cat(self._obs)
 

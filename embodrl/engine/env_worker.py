@@ -55,6 +55,7 @@ class EnvWorker:
             "instruction_table": env.instruction_table,
             "num_init_states": env.num_init_states,
             "episode_flag_names": env.episode_flag_names,
+            "instruction_tasks": env.instruction_tasks,
         }
 
     def handle(self, header: Header, payload: TensorDict | None) -> tuple[Header, TensorDict | None]:

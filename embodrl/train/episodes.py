@@ -31,6 +31,7 @@ class EpisodeResults:
     length: list[int] = field(default_factory=list)  # env steps (actions executed)
     ret: list[float] = field(default_factory=list)
     instruction: list[str] = field(default_factory=list)
+    task: list[str] = field(default_factory=list)  # "" where the env names no tasks
     flags: dict[str, list[bool]] = field(default_factory=dict)  # the env's episode flags, by name
     frames: dict[int, list[np.ndarray]] = field(default_factory=dict)  # episode id -> video frames
 
@@ -50,10 +51,20 @@ class EpisodeResults:
 
     def per_instruction(self, outcomes: list[bool] | None = None) -> dict[str, float]:
         """The share of each instruction's episodes with `outcomes` (default: success)."""
-        out: dict[str, list[bool]] = {}
-        for text, ok in zip(self.instruction, self.success if outcomes is None else outcomes, strict=True):
-            out.setdefault(text, []).append(ok)
-        return {text: share(v) for text, v in sorted(out.items())}
+        return _shares_by(self.instruction, self.success if outcomes is None else outcomes)
+
+    def per_task(self, outcomes: list[bool] | None = None) -> dict[str, float]:
+        """The share of each task's episodes with `outcomes` (default: success); {} for single-task envs."""
+        if not any(self.task):
+            return {}
+        return _shares_by(self.task, self.success if outcomes is None else outcomes)
+
+
+def _shares_by(groups: list[str], outcomes: list[bool]) -> dict[str, float]:
+    out: dict[str, list[bool]] = {}
+    for group, ok in zip(groups, outcomes, strict=True):
+        out.setdefault(group, []).append(ok)
+    return {group: share(v) for group, v in sorted(out.items())}
 
 
 def fixed_schedule(num_envs: int, num_episodes: int) -> NextEpisode:
@@ -91,6 +102,7 @@ def run_episodes(
         ids = torch.tensor([first_state_id + max(current[i], 0) for i in env_ids])
         return env.reset_to(ids, torch.tensor(env_ids))
 
+    task_table = env.instruction_tasks
     obs = start(list(range(n)))
     bar = tqdm(total=num_episodes, desc="episodes", unit="ep", disable=not progress, leave=False)
     while any(e >= 0 for e in current):
@@ -99,6 +111,9 @@ def run_episodes(
             for i, frame in zip(recording, env.render(torch.tensor(recording)).numpy(), strict=True):
                 frames[current[i]].append(frame)
         instructions = env.instructions(obs["task_id"]) if "task_id" in obs else [""] * n
+        tasks = (
+            [task_table[i] for i in obs["task_id"].tolist()] if task_table and "task_id" in obs else [""] * n
+        )
         res = env.step(act(obs))
         ret += res.reward.sum(-1).cpu()
         length += res.steps_executed.cpu()
@@ -108,7 +123,14 @@ def run_episodes(
             if current[i] >= 0 and current[i] not in results:
                 ok = bool(res.success[i])
                 episode_flags = {name: bool(flag[i]) for name, flag in flags.items()}
-                results[current[i]] = (ok, int(length[i]), float(ret[i]), instructions[i], episode_flags)
+                results[current[i]] = (
+                    ok,
+                    int(length[i]),
+                    float(ret[i]),
+                    instructions[i],
+                    tasks[i],
+                    episode_flags,
+                )
                 if on_episode_end is not None:
                     on_episode_end(i, current[i], ok)
                 bar.update(1)
@@ -120,11 +142,12 @@ def run_episodes(
     bar.close()
     out = EpisodeResults(frames=frames)
     for e in sorted(results):
-        ok, steps, r, text, episode_flags = results[e]
+        ok, steps, r, text, task, episode_flags = results[e]
         out.success.append(ok)
         out.length.append(steps)
         out.ret.append(r)
         out.instruction.append(text)
+        out.task.append(task)
         for name, flag in episode_flags.items():
             out.flags.setdefault(name, []).append(flag)
     return out

@@ -64,8 +64,9 @@ def evaluate_policy(
 
 
 def summarize(results: EpisodeResults) -> dict:
-    """JSON-ready summary: success rate with its 95% Wilson interval, lengths, returns, per instruction;
-    the share of episodes with each of the env's episode flags, overall and per instruction."""
+    """JSON-ready summary: success rate with its 95% Wilson interval, lengths, returns, per instruction and
+    per task (multi-task suites); the share of episodes with each of the env's episode flags, overall, per
+    instruction and per task."""
     lo, hi = results.confidence_interval()
     n = max(len(results.success), 1)
     return {
@@ -75,19 +76,26 @@ def summarize(results: EpisodeResults) -> dict:
         "mean_length": sum(results.length) / n,
         "mean_return": sum(results.ret) / n,
         "per_instruction": results.per_instruction(),
+        "per_task": results.per_task(),
         "flags": {
-            name: {"rate": share(values), "per_instruction": results.per_instruction(values)}
+            name: {
+                "rate": share(values),
+                "per_instruction": results.per_instruction(values),
+                "per_task": results.per_task(values),
+            }
             for name, values in results.flags.items()
         },
     }
 
 
 def eval_metrics(results: EpisodeResults) -> dict[str, float]:
-    """The scalars logged as eval/* each evaluation (eval/<flag> for each episode flag)."""
+    """The scalars logged as eval/* each evaluation (eval/<flag> for each episode flag, eval/task/<task>
+    for each task's success in multi-task suites)."""
     summary = summarize(results)
     return {
         "eval/success": summary["success_rate"],
         "eval/length": summary["mean_length"],
         "eval/return": summary["mean_return"],
         **{f"eval/{name}": flag["rate"] for name, flag in summary["flags"].items()},
+        **{f"eval/task/{task}": rate for task, rate in summary["per_task"].items()},
     }

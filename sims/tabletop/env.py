@@ -178,6 +178,12 @@ class TabletopEnv(VecEnv):
         return self._perturb.shown_table if self._perturb else [e.text for e in self._table]
 
     @property
+    def instruction_tasks(self) -> list[str]:
+        # a perturbed table repeats the entries once per instruction level (task id = entry + size * level)
+        levels = len(self.instruction_table) // len(self._table)
+        return [e.task for e in self._table] * levels
+
+    @property
     def num_init_states(self) -> int:
         return NUM_INIT_STATES
 

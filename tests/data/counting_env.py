@@ -9,18 +9,21 @@ from tensordict import TensorDict
 from embodrl.sims.base import ActionSpec, StepResult, TensorSpec, VecEnv
 
 INSTRUCTIONS = ["reach the red target", "push the blue cube"]
+TASKS = ["reach", "push"]  # of each instruction, with `tasks`
 FLAG = "every_fourth"
 
 
 class CountingEnv(VecEnv):
     """Episodes from state id s last 3 + s % 4 steps, fail when s % 5 == 4, use instruction s % 2; with
-    `flags`, the episode flag FLAG is set in episodes from s % 4 == 0.
+    `flags`, the episode flag FLAG is set in episodes from s % 4 == 0; with `tasks` it names each
+    instruction's task (TASKS).
 
     The expert's action encodes (state id, step) so labels can be checked; executed actions are logged.
     """
 
-    def __init__(self, num_envs: int = 3, image: bool = True, flags: bool = False):
+    def __init__(self, num_envs: int = 3, image: bool = True, flags: bool = False, tasks: bool = False):
         self.num_envs, self.device, self.image, self.flags = num_envs, torch.device("cpu"), image, flags
+        self.tasks = tasks
         self.state_id = np.zeros(num_envs, dtype=np.int64)
         self.t = np.zeros(num_envs, dtype=np.int64)
         self.executed: dict[int, list[np.ndarray]] = {}  # state id -> actions executed
@@ -39,6 +42,10 @@ class CountingEnv(VecEnv):
     @property
     def instruction_table(self) -> list[str]:
         return INSTRUCTIONS
+
+    @property
+    def instruction_tasks(self) -> list[str]:
+        return TASKS if self.tasks else []
 
     @property
     def num_init_states(self) -> int:

@@ -119,6 +119,7 @@ def test_instruction_texts_are_unseen_and_keep_the_task():
     assert env.instructions(obs["task_id"]) == [f"raise the {c} cube off the table" for c in colours]
     assert not set(env.instructions(obs["task_id"])) & set(nominal.instruction_table)
     assert np.array_equal(env.physics.qpos, nominal.physics.qpos)
+    assert [env.instruction_tasks[i] for i in obs["task_id"].tolist()] == ["pick"] * len(colours)
 
 
 def test_a_contradicting_instruction_names_another_object_that_is_in_the_scene():

@@ -28,6 +28,7 @@ def _check_obs(env: VecEnv, obs: TensorDict) -> None:
         ids = obs["task_id"]
         assert ((ids >= 0) & (ids < len(env.instruction_table))).all()
         assert all(isinstance(s, str) and s for s in env.instructions(ids))
+        assert env.instruction_tasks == [] or len(env.instruction_tasks) == len(env.instruction_table)
 
 
 def _random_actions(env: VecEnv, chunk: int, generator: torch.Generator) -> torch.Tensor:

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
-from tests.data.counting_env import FLAG, INSTRUCTIONS, CountingEnv
+from tests.data.counting_env import FLAG, INSTRUCTIONS, TASKS, CountingEnv
 
 
 class NoisyPolicy(nn.Module):
@@ -53,3 +53,14 @@ def test_episode_flags_are_averaged_overall_and_per_instruction():
     plain = evaluate_policy(NoisyPolicy(), CountingEnv(num_envs=2, image=False), episodes=6)
     assert plain.flags == {} and summarize(plain)["flags"] == {}
     assert set(eval_metrics(plain)) == {"eval/success", "eval/length", "eval/return"}
+    assert summarize(plain)["per_task"] == {}  # an env that names no tasks
+
+
+def test_multi_task_envs_get_success_and_flags_per_task():
+    # states 0..5: instruction s % 2 (task TASKS[s % 2]); state 4 fails; the flag is set from states 0, 4
+    env = CountingEnv(num_envs=2, image=False, flags=True, tasks=True)
+    summary = summarize(evaluate_policy(NoisyPolicy(), env, episodes=6))
+    assert summary["per_task"] == {TASKS[0]: 2 / 3, TASKS[1]: 1.0}
+    assert summary["flags"][FLAG]["per_task"] == {TASKS[0]: 2 / 3, TASKS[1]: 0.0}
+    metrics = eval_metrics(evaluate_policy(NoisyPolicy(), env, episodes=6))
+    assert metrics[f"eval/task/{TASKS[0]}"] == 2 / 3 and metrics[f"eval/task/{TASKS[1]}"] == 1.0
