@@ -746,7 +746,8 @@ def build_parser() -> argparse.ArgumentParser:
         "operator, reset.home). Every action, the policy's or that of a human who took over with teleop, "
         "goes through the safety layer, with the end-effector box safety.workspace_low/high on by default "
         "(the sim has one; other robots must set it, or workspace_box=false); steps a human drove are "
-        "flagged; the intervention rate and safety clamps are printed per episode.",
+        "flagged and join the learner's demos; the intervention rate and safety clamps are printed per "
+        "episode.",
     )
     p.add_argument(
         "config",

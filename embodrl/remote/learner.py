@@ -118,10 +118,16 @@ class Learner(OffPolicyRunner):
             self.server.stop(finished=True)  # all iterations done: the actors stop too
             return final
 
+    @property
+    def takes_interventions(self) -> bool:
+        """Always: any actor may send steps that a human drove (flagged `intervention`)."""
+        return True
+
     def _take(self, arrival: Arrival) -> None:
         transitions = to_tensors(arrival.transitions, self.cfg.device)
+        driven = transitions.pop("intervention", None)  # the flagged steps join the demos too
         count = transitions["reward"].shape[0]
-        self.buffer.add(TensorDict(transitions, batch_size=[count], device=self.cfg.device))
+        self._store(TensorDict(transitions, batch_size=[count], device=self.cfg.device), driven)
         self.remote.received += count
         self.env_steps += arrival.env_steps
         if arrival.episodes is not None:
@@ -159,6 +165,7 @@ class Learner(OffPolicyRunner):
                 "remote/updates": float(self.remote.updates),
                 "remote/wait_s": waited,
                 "replay/size": float(len(self.buffer)),
+                "replay/demo_size": float(len(self.demos)),
                 "time/wall": self.wall_time,
             }
         )

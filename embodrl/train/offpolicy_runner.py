@@ -86,11 +86,16 @@ class OffPolicyRunner(Runner):
         if resume and self.resumable():
             self._restore()
 
+    @property
+    def takes_interventions(self) -> bool:
+        """Whether decisions that the scripted expert (or a human) drove join the demo buffer."""
+        return self.intervener is not None
+
     def _demo_buffer(self) -> ReplayBuffer | None:
         """The demonstrations of `algo.demo_dataset`, held apart so every batch draws its share from them;
-        with interventions also the expert's takeover decisions (room for as many as the online buffer)."""
+        with interventions also the takeover decisions (room for as many as the online buffer)."""
         root, algo = self.cfg.algo.demo_dataset, self.cfg.algo
-        if not root and self.intervener is None:
+        if not root and not self.takes_interventions:
             return None
         if root and self.policy.cfg.chunk_size != 1:
             raise ConfigError(
@@ -105,10 +110,17 @@ class OffPolicyRunner(Runner):
         if transitions is not None and not transitions.batch_size[0]:
             raise UserError(f"algo.demo_dataset={root} gives no transitions (no frames, or none flagged)")
         frames = 0 if transitions is None else transitions.batch_size[0]
-        demos = ReplayBuffer(frames + (algo.buffer_size if self.intervener is not None else 0))
+        demos = ReplayBuffer(frames + (algo.buffer_size if self.takes_interventions else 0))
         if transitions is not None:
             demos.add(transitions.to(self.cfg.device))
         return demos
+
+    def _store(self, transitions: TensorDict, driven: torch.Tensor | None = None) -> None:
+        """Transitions [B] into the replay buffer, and those that the expert or a human drove (`driven` [B]
+        bool) into the demos too: HG-DAgger / HIL-SERL, the takeovers are demonstrations."""
+        self.buffer.add(transitions)
+        if driven is not None and driven.any():
+            self.demos.add(transitions[driven])
 
     def sample(self) -> TensorDict:
         """One batch: `algo.demo_ratio` of it from the demos (when there are any), the rest online."""
@@ -172,15 +184,14 @@ class OffPolicyRunner(Runner):
         for _ in range(self.steps_per_iteration):
             learning = self.env_steps >= algo_cfg.learning_starts
             actions = self.policy.act(obs).actions if learning else self._random_actions()
+            driven = None
             if self.intervener is not None:  # the expert drives the envs whose policy strayed
                 actions, driven = self.intervener.choose(actions, env.expert_actions())
             result = env.step(actions)
             stored_next = self.algo.stored_obs(result.final_obs)  # the finished episode's last
             transitions = step_transitions(stored, actions, result.reward, stored_next, result.terminated)
-            self.buffer.add(transitions)
+            self._store(transitions, driven)
             if self.intervener is not None:
-                if driven.any():  # HG-DAgger / HIL-SERL: the takeovers are demonstrations too
-                    self.demos.add(transitions[driven])
                 self.intervener.end_episodes(result.done)
             self.env_steps += int(result.steps_executed.sum())
             obs = result.obs
@@ -203,6 +214,7 @@ class OffPolicyRunner(Runner):
         metrics.update({f"rollout/{k}": v for k, v in outcomes.items()})
         if self.intervener is not None:
             metrics.update(self.intervener.pop_metrics(outcomes["episodes"]))
+        if self.takes_interventions:
             metrics["replay/demo_size"] = float(len(self.demos))
         if isinstance(env, LearnedRewardVecEnv):  # the classifier's errors, for diagnosis only
             metrics.update(env.pop_metrics())
@@ -240,7 +252,7 @@ class OffPolicyRunner(Runner):
             "algo": self.algo.state_dict(),
             "replay": self.buffer.state_dict(),
         }
-        if self.intervener is not None:  # the demo buffer grew by the takeovers
+        if self.takes_interventions:  # the demo buffer grew by the takeovers
             state["demos"] = self.demos.state_dict()
         return self.save_last(self.policy, state, self.generators, self.iteration)
 
@@ -248,7 +260,7 @@ class OffPolicyRunner(Runner):
         state = self.restore_last(self.policy, self.generators)
         self.algo.load_state_dict(state["algo"])
         self.buffer.load_state_dict(state["replay"])
-        if self.intervener is not None:
+        if self.takes_interventions and "demos" in state:  # (a learner saved before it took them: none)
             self.demos.load_state_dict(state["demos"])
         self.iteration, self.env_steps, self.wall_time = (
             state["iteration"],

@@ -1,6 +1,7 @@
 """A robot actor (`embodrl actor --robot`) on the MuJoCo stand-in robot beside a learner in this process: its
 steps arrive acknowledged as transitions, every action goes through the safety layer with the default
-end-effector box, the steps a human drove arrive flagged, and a robot without a known box is refused."""
+end-effector box, the steps a human drove arrive flagged and join the learner's demos, and a robot without a
+known box is refused."""
 
 from __future__ import annotations
 
@@ -87,6 +88,12 @@ def test_robot_steps_arrive_acknowledged_flagged_and_inside_the_default_box(lear
     flags = np.concatenate([a.transitions["intervention"] for a in arrivals])
     episodes = [stats for stats in actor.episode_stats]
     assert flags.sum() == sum(stats.teleop_steps for stats in episodes) == 2 * HUMAN_STEPS
+    # the learner keeps every step, and the human's also as demos (HIL-SERL)
+    for arrival in arrivals:
+        learner._take(arrival)
+    assert len(learner.buffer) == received and len(learner.demos) == 2 * HUMAN_STEPS
+    sent = np.concatenate([a.transitions["action"] for a in arrivals])
+    assert np.array_equal(learner.demos.data["action"][: len(learner.demos)].numpy(), sent[flags])
     # driving up leaves the default box at its top: clamped there, and the arm never got out (beyond the 2 cm
     # its controller lags behind a target: the box bounds each step's target from the measured position)
     summaries = [a.episodes for a in arrivals if a.episodes is not None]
