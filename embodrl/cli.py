@@ -418,6 +418,7 @@ def cmd_actor(args: argparse.Namespace) -> None:
         seed=cfg.seed,
         status_every_s=args.status_every,
         device=cfg.device,
+        intervention=cfg.intervention if cfg.intervention.mode != "none" else None,
     )
     print(status)
 
@@ -738,7 +739,8 @@ def build_parser() -> argparse.ArgumentParser:
         "at random until the learner publishes weights, and sends transitions in batches. Acting never "
         "waits on the network: unacknowledged batches stay in a bounded outbox and are resent after a "
         "reconnect (with backoff); the learner drops duplicates by (actor id, batch number). The API key "
-        "comes from EMBODRL_API_KEY. Simulated (default): give the learner's experiment (its env). "
+        "comes from EMBODRL_API_KEY. Simulated (default): give the learner's experiment (its env; with "
+        "intervention.mode=expert the env's scripted expert takes over where the policy strays). "
         + OVERRIDES_HELP
         + " Robot (--robot): give `embodrl deploy`'s robot settings instead (a YAML of them, then "
         "key=value: robot.kind=sim, safety.*, teleop.keyboard=true, fps, max_steps, record_dir), plus "

@@ -32,6 +32,7 @@ from embodrl.remote.client import LearnerClient
 from embodrl.remote.config import ActorConnectionConfig
 from embodrl.sims.base import StepResult, VecEnv
 from embodrl.sims.config import EnvConfig
+from embodrl.sims.interventions import ScriptedIntervener, TakeoverRule
 from embodrl.sims.registry import make_env
 
 logger = logging.getLogger(__name__)
@@ -143,13 +144,26 @@ class SimActor:
     """Plays `env` with the learner's weights, streaming transitions through `client`."""
 
     def __init__(
-        self, env: VecEnv, client: LearnerClient, batch_steps: int, seed: int = 0, device: str = "cpu"
+        self,
+        env: VecEnv,
+        client: LearnerClient,
+        batch_steps: int,
+        seed: int = 0,
+        device: str = "cpu",
+        intervention: TakeoverRule | None = None,
     ) -> None:
+        """`intervention`: when the env's scripted expert takes over (the experiment's `intervention.*` with
+        mode=expert; None: never)."""
         check_positive("--batch-steps", batch_steps)
         check_env_fits(env, client.policy_spec)
         self.env, self.client, self.batch_steps = env, client, batch_steps
         self.copy = PolicyCopy(client, device)
         self.policy = self.copy.policy
+        self.intervener = (
+            None
+            if intervention is None
+            else ScriptedIntervener(intervention, env.num_envs, self.policy.cfg.chunk_size)
+        )
         self.keys = tuple(client.policy_spec["read_keys"])
         self.seed = actor_seed(seed, client.cfg.actor_id)
         self.generator = torch.Generator().manual_seed(self.seed)  # the uniform actions before weights
@@ -178,12 +192,19 @@ class SimActor:
                 self.copy.refresh()
                 self.stats.version = self.copy.version
                 actions = self._actions(obs)
+                driven = None
+                if self.intervener is not None:  # the expert drives the envs whose policy strayed
+                    actions, driven = self.intervener.choose(actions, self.env.expert_actions())
                 result = self.env.step(actions)
+                step = transition(obs, actions, result, self.keys)
+                if self.intervener is not None:  # flagged: the learner keeps them as demos too
+                    step["intervention"] = driven
+                    self.intervener.end_episodes(result.done)
                 self.results.append(result)
                 self.stats.decisions += self.env.num_envs
                 self.stats.env_steps += int(result.steps_executed.sum())
                 self.stats.episodes += int(result.done.sum())
-                if self.batches.add(transition(obs, actions, result, self.keys)) == self.batch_steps:
+                if self.batches.add(step) == self.batch_steps:
                     self.batches.send(*self._outcomes())
                 obs = result.obs
                 if time.monotonic() >= next_status:
@@ -204,7 +225,11 @@ class SimActor:
             torch.stack([r.done for r in results]),
             torch.stack([r.success for r in results]),
         )
-        return int(steps.sum()), self.episodes.pop()
+        outcomes = self.episodes.pop()
+        if self.intervener is not None and outcomes["episodes"]:  # the share the expert drove, since the last
+            metrics = self.intervener.pop_metrics(outcomes["episodes"])
+            outcomes.update({name.removeprefix("rollout/"): value for name, value in metrics.items()})
+        return int(steps.sum()), outcomes
 
     def status(self) -> str:
         return status_line(self.client, self.stats)
@@ -233,10 +258,11 @@ def run_actor(
     status_every_s: float = 10.0,
     flush_s: float = 10.0,
     device: str = "cpu",
+    intervention: TakeoverRule | None = None,
 ) -> tuple[ActorStats, str]:
     """Connect, act, and before leaving wait up to `flush_s` for the unacknowledged batches; returns the
     stats and the last status line."""
     with learner_connection(conn, flush_s) as client, make_env(env_cfg, device=device) as env:
-        actor = SimActor(env, client, batch_steps, seed, device)
+        actor = SimActor(env, client, batch_steps, seed, device, intervention)
         actor.run(decisions, status_every_s)
     return actor.stats, actor.status()

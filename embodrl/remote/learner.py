@@ -69,7 +69,6 @@ class Learner(OffPolicyRunner):
             key
             for key, on in (
                 ("reward.model", bool(cfg.reward.model)),
-                (f"intervention.mode={cfg.intervention.mode}", cfg.intervention.mode != "none"),
                 ("camera keys", any(k in IMAGE_KEYS for k in cfg.policy.read_keys)),
             )
             if on

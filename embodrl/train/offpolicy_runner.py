@@ -24,11 +24,11 @@ from embodrl.data.replay_buffer import ReplayBuffer, demo_transitions, mixed_bat
 from embodrl.engine.episode_tracker import EpisodeTracker
 from embodrl.errors import ConfigError, UserError
 from embodrl.parallel.distributed import launched_by_torchrun
+from embodrl.sims.interventions import ScriptedIntervener
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
 from embodrl.train.episodes import EpisodeResults
 from embodrl.train.evaluation import eval_metrics
-from embodrl.train.interventions import ScriptedIntervener
 from embodrl.train.learned_reward_env import LearnedRewardVecEnv, learned_reward_vecenv
 from embodrl.train.logger import plot_learning_curve
 from embodrl.train.noise_action_env import steer_noise

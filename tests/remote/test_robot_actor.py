@@ -10,31 +10,16 @@ import pytest
 import torch
 
 from embodrl.cli import main
-from embodrl.config import compose
 from embodrl.deploy.config import ChunkConfig, ResetConfig, RobotConfig, SafetyConfig
 from embodrl.deploy.sim_robot import LEARNING_WORKSPACE
 from embodrl.errors import ConfigError
-from embodrl.remote.config import ActorConnectionConfig, LearnerServerConfig
+from embodrl.remote.config import ActorConnectionConfig
 from embodrl.remote.learner import Learner
 from embodrl.remote.robot_actor import run_robot_actor
 from embodrl.remote.robot_config import RobotActorConfig
+from tests.remote.tiny import TABLETOP_SAC, connection, serving_learner
 
 torch.set_num_threads(1)
-# SAC on the tabletop's state, small: what the learner serves its robot actors
-TABLETOP_SAC = [
-    "env=tabletop_basic",
-    "policy=gaussian_sac",
-    "algo=sac",
-    "env.task=reach",
-    "env.num_envs=1",
-    "policy.action_dim=7",
-    "policy.gaussian.hidden_dims=[16]",
-    "algo.critic_hidden_dims=[16,16]",
-    "algo.num_critics=2",
-    "train.tensorboard=false",
-    "train.keep_best=false",
-    "train.eval_every=0",
-]
 HUMAN_STEPS, MAX_STEPS = 15, 25
 
 
@@ -60,24 +45,18 @@ def robot_cfg(**fields) -> RobotActorConfig:
 
 @pytest.fixture
 def learner(tmp_path):
-    learner = Learner(compose(None, TABLETOP_SAC), tmp_path, LearnerServerConfig(port=0))
-    learner.server.start()
-    yield learner
-    learner.server.stop()
-    learner.intake.close()
-    learner.env.close()
+    with serving_learner(TABLETOP_SAC, tmp_path) as learner:
+        yield learner
 
 
-def connection(learner: Learner) -> ActorConnectionConfig:
-    return ActorConnectionConfig(
-        learner=f"ws://127.0.0.1:{learner.server.port}", wait_s=10, drop_when_full=True
-    )
+def robot_connection(learner: Learner) -> ActorConnectionConfig:
+    return connection(learner, drop_when_full=True)  # as `embodrl actor --robot` connects
 
 
 def test_robot_steps_arrive_acknowledged_flagged_and_inside_the_default_box(learner):
     learner._publish(1)  # the actor acts with the learner's policy, not at random
     actor, status = run_robot_actor(
-        robot_cfg(), connection(learner), batch_steps=4, intervention=ScriptedHuman()
+        robot_cfg(), robot_connection(learner), batch_steps=4, intervention=ScriptedHuman()
     )
     assert actor.copy.version == 1 and actor.stats.episodes == 2
     assert actor.client.stats.acked_transitions == actor.stats.decisions > 0 and "0 unacked" in status
@@ -108,7 +87,7 @@ def test_every_policy_action_goes_through_the_safety_layer(learner):
     learner._publish(1)
     here = (0.2, -0.45, 0.0), (0.8, 0.45, 0.26)  # a box whose ceiling the random arm soon meets
     cfg = robot_cfg(safety=SafetyConfig(workspace_low=here[0], workspace_high=here[1]), episodes=1)
-    actor, _ = run_robot_actor(cfg, connection(learner), batch_steps=8)
+    actor, _ = run_robot_actor(cfg, robot_connection(learner), batch_steps=8)
     (stats,) = actor.episode_stats
     assert stats.teleop_steps == 0 and stats.safety["workspace_clamps"] > 0
     flags = np.concatenate([a.transitions["intervention"] for a in learner.intake.take()])

@@ -7,8 +7,8 @@ import torch
 
 from embodrl.config import compose
 from embodrl.errors import ConfigError, UserError
+from embodrl.sims.interventions import ScriptedIntervener
 from embodrl.train.intervention_config import InterventionConfig
-from embodrl.train.interventions import ScriptedIntervener
 
 
 def test_the_expert_takes_over_after_patience_straying_decisions_and_hands_back_after_steps():

@@ -1,25 +1,36 @@
 """Simulated human interventions (HIL-SERL, HG-DAgger): the env's scripted expert takes over an env once
 the learning policy strays from it, drives a few decisions, and hands back.
 
-The rule (`intervention.*`): a decision strays when the mean |policy action - expert action| over the
-action's elements exceeds `threshold`; after `patience` straying decisions in a row the expert drives the
-next `steps` decisions of that env (the decision that tripped the rule included). A takeover ends early
-with its episode. The off-policy runner keeps the expert's decisions in the demo buffer besides the
-online one, and logs the share of decisions the expert drove as `rollout/intervention_rate`.
+The rule (`intervention.*`, train/intervention_config.py): a decision strays when the mean |policy action -
+expert action| over the action's elements exceeds `threshold`; after `patience` straying decisions in a row
+the expert drives the next `steps` decisions of that env (the decision that tripped the rule included). A
+takeover ends early with its episode. The off-policy runner, or a simulated actor of `embodrl learner`,
+flags the expert's decisions; the learner keeps them in the demo buffer besides the online one, and logs
+the share of decisions the expert drove as `rollout/intervention_rate`.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from embodrl.errors import UserError
-from embodrl.train.intervention_config import InterventionConfig
+
+
+class TakeoverRule(Protocol):
+    """When the expert takes over (InterventionConfig has these fields)."""
+
+    mode: str
+    threshold: float
+    patience: int
+    steps: int
 
 
 class ScriptedIntervener:
     """Per-env takeover state for `num_envs` envs; `choose` picks each decision's driver."""
 
-    def __init__(self, cfg: InterventionConfig, num_envs: int, chunk_size: int) -> None:
+    def __init__(self, cfg: TakeoverRule, num_envs: int, chunk_size: int) -> None:
         if chunk_size != 1:
             raise UserError(
                 f"intervention.mode={cfg.mode} hands single expert actions over; policy.chunk_size="
