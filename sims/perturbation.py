@@ -3,9 +3,10 @@
 One table names every axis, what one unit of severity does and what an env needs for it. A severity is
 a float: `embodrl eval --perturb AXIS=LEVEL` runs every episode at exactly LEVEL (env.randomize with
 exact=true); training-time randomization draws each episode's severity uniformly in [0, the configured
-value]. The suite implements the axes (sims/tabletop/perturb.py); a draw is a function of
-env.randomize.seed, the axis and the episode's initial-state id alone, so the same state id gets the same
-perturbation at every level (only its size changes) and in every split of the envs.
+value]. The suites implement the axes (sims/tabletop/perturb.py: all of them; sims/libero/perturb.py:
+LIBERO_AXES); a draw is a function of env.randomize.seed, the axis and the episode's initial-state id alone
+(sims/episode_draws.py), so the same state id gets the same perturbation at every level (only its size
+changes) and in every split of the envs.
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ AXES: dict[str, Axis] = {
 # the axes that edit each env's MjModel, and those that change the instruction table
 MODEL_AXES = frozenset({"camera", "lighting", "color", "size", "mass", "friction", "gains"})
 TEXT_AXES = frozenset({"instruction", "conflict"})
+# the axes the LIBERO suites apply, with what one unit does there where it differs from AXES
+LIBERO_AXES: dict[str, str] = {
+    "camera": "",
+    "lighting": "",
+    "spawn": "each movable object moved 2 cm (random horizontal direction), each arm joint turned 0.02 rad",
+    "instruction": "1: synonyms, 2: LIBERO-PRO's 2nd paraphrase, 3: its 3rd with synonyms and filler words",
+    "proprio_noise": "",
+    "action_noise": "",
+}
+# LIBERO suites whose instructions are not the base suite's, which the paraphrases rewrite
+LIBERO_OWN_TEXTS = ("libero-90", "-lan", "-task")
 MAX_SEVERITY = 5.0  # beyond it several axes leave the reachable workspace or the table
 
 
@@ -60,7 +72,8 @@ MAX_SEVERITY = 5.0  # beyond it several axes leave the reachable workspace or th
 class RandomizeConfig:
     """env.randomize.*: per axis, the largest severity an episode draws (0 = off; AXES says what a unit
     does). Each episode draws its severity uniformly in [0, value], with exact=true exactly the value
-    (what `embodrl eval --perturb` sets). Tabletop suites only; off by default."""
+    (what `embodrl eval --perturb` sets). Tabletop suites, and LIBERO_AXES on the LIBERO ones; off by
+    default."""
 
     camera: float = 0.0
     lighting: float = 0.0
@@ -107,14 +120,36 @@ def exact(axis: str, level: float, seed: int = 0) -> RandomizeConfig:
     return RandomizeConfig(**{axis: level}, exact=True, seed=seed)
 
 
+def axis_unit(axis: str, suite: str) -> str:
+    """What one unit of `axis` does in `suite`."""
+    return (suite.startswith("libero-") and LIBERO_AXES.get(axis)) or AXES[axis].unit
+
+
+def _check_libero(active: dict[str, float], suite: str) -> None:
+    for axis in active:
+        if axis not in LIBERO_AXES:
+            raise ConfigError(
+                f"perturbation axis {axis} does not apply to {suite}; the LIBERO suites apply "
+                f"{', '.join(LIBERO_AXES)}"
+            )
+    if "instruction" in active and suite.endswith(LIBERO_OWN_TEXTS):
+        raise ConfigError(
+            "perturbation axis instruction rewrites the instructions of libero-spatial, -object, -goal and "
+            f"-10 (and their -object and -swap variants) with LIBERO-PRO's paraphrases, not {suite}'s"
+        )
+
+
 def check_randomize(randomize: RandomizeConfig, suite: str, obs_mode: str, physics_backend: str) -> None:
     """One-line ConfigError for an axis this env cannot apply."""
     active = randomize.active
     if not active:
         return
-    if not suite.startswith("tabletop"):
+    if suite.startswith("libero-"):
+        _check_libero(active, suite)
+    elif not suite.startswith("tabletop"):
         raise ConfigError(
-            f"env.randomize.{next(iter(active))}: perturbations apply to the tabletop suites, not {suite}"
+            f"env.randomize.{next(iter(active))}: perturbations apply to the LIBERO and tabletop suites, "
+            f"not {suite}"
         )
     for axis in active:
         if AXES[axis].needs == "rgb" and obs_mode != "rgb":

@@ -18,6 +18,12 @@ SUITES: dict[str, str] = {
     "gym": "embodrl.sims.gym_adapter:make_gym",
     "maniskill": "embodrl.sims.maniskill:make_maniskill",
     **{f"libero-{s}": "embodrl.sims.libero:make_libero" for s in ("spatial", "object", "goal", "10", "90")},
+    # LIBERO-PRO's perturbed copies (sims/libero/loader.py)
+    **{
+        f"libero-{s}-{v}": "embodrl.sims.libero:make_libero"
+        for s in ("spatial", "object", "goal", "10")
+        for v in ("lan", "object", "swap", "task")
+    },
 }
 
 # suite name -> "module:table" for suites made of named tasks: table[suite].tasks names them.

@@ -18,7 +18,7 @@ import torch
 from embodrl.errors import UserError
 from embodrl.sims.base import VecEnv
 from embodrl.sims.config import EnvConfig
-from embodrl.sims.perturbation import AXES, RandomizeConfig, exact
+from embodrl.sims.perturbation import AXES, RandomizeConfig, axis_unit, exact
 from embodrl.sims.registry import make_env
 from embodrl.train.episodes import EpisodeResults
 from embodrl.train.evaluation import evaluate_policy, seeded_torch_rng, summarize
@@ -157,7 +157,7 @@ def run_robustness(
         "first_state_id": first_state_id,
         "perturbation_seed": env_cfg.randomize.seed,
         "deterministic": deterministic,
-        "units": {row["axis"]: AXES[row["axis"]].unit for row in rows[1:]},
+        "units": {row["axis"]: axis_unit(row["axis"], env_cfg.suite) for row in rows[1:]},
         "rows": rows,
     }
 

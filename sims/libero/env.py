@@ -8,6 +8,8 @@ openpi LIBERO convention: images rotated 180 degrees, `state` = eef position, ee
 gripper finger positions (8-D). Actions are LIBERO's 7-D EE deltas in [-1, 1], gripper +1 closes.
 LIBERO has only a success predicate, so rewards are sparse (1 on the success step). Envs are
 split over `env.num_threads` worker processes (0: one per core); one worker means in-process.
+env.randomize applies the axes of LIBERO_AXES (sims/libero/perturb.py); with the instruction axis the
+instruction table holds every task's text at each level up to the largest (task id = task + T * level).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from embodrl.errors import UserError
 from embodrl.obs_keys import IMAGE_KEYS, RGB
 from embodrl.sims.base import ActionSpec, StepResult, TensorSpec, VecEnv
 from embodrl.sims.config import EnvConfig
-from embodrl.sims.libero.loader import load_suite, select_tasks
+from embodrl.sims.episode_draws import level_of
+from embodrl.sims.libero.loader import SUITES, base_suite, load_suite, select_tasks
+from embodrl.sims.libero.paraphrase import load_paraphrases, paraphrase
 from embodrl.sims.libero.task_env import STATE_DIM, TaskEnvSpec
 from embodrl.sims.libero.workers import LocalGroup, ProcessGroup
 
@@ -42,6 +46,12 @@ class LiberoVecEnv(VecEnv):
         self.num_envs = cfg.num_envs
         self.device = torch.device(device)
         self._instructions = [t.language for t in tasks]
+        if cfg.randomize.instruction > 0:
+            unseen = load_paraphrases(SUITES[base_suite(cfg.suite)])
+            top = level_of(cfg.randomize.instruction)
+            self._instructions = [
+                paraphrase(t.language, unseen[t.name], level) for level in range(top + 1) for t in tasks
+            ]
         task_of_env = [chosen[i * len(chosen) // cfg.num_envs] for i in range(cfg.num_envs)]
         self._num_init = min(len(tasks[t].init_states) for t in task_of_env)
         cameras = IMAGE_KEYS if cfg.wrist_camera else (RGB,)
@@ -55,6 +65,8 @@ class LiberoVecEnv(VecEnv):
                 cameras=self._cameras,
                 max_episode_steps=cfg.max_episode_steps,
                 terminate_on_success=cfg.terminate_on_success,
+                randomize=cfg.randomize,
+                num_tasks=len(tasks),
             )
             for t in task_of_env
         ]

@@ -1,9 +1,18 @@
-"""Import `libero.libero` without its interactive set-up, and resolve suites, tasks and assets."""
+"""Import `libero.libero` without its interactive set-up, and resolve suites, tasks and assets.
+
+Besides LIBERO's suites, the LIBERO-PRO benchmark package ships perturbed copies of libero-spatial,
+-object, -goal and -10 (its own BDDL files and initial states): `-lan` (paraphrased instructions), `-object`
+(other objects), `-swap` (objects' positions swapped) and `-task` (a changed goal, and its instruction).
+They run as the suites `libero-<suite>-<variant>`, with the tasks in the base suite's order (the same task
+ids) and the base suite's instructions except where LIBERO-PRO changed them.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -23,6 +32,9 @@ SUITES = {
     "libero-10": "libero_10",
     "libero-90": "libero_90",
 }
+PRO_VARIANTS = ("lan", "object", "swap", "task")  # LIBERO-PRO's perturbed copies of the suites below
+PRO_BASES = ("libero-spatial", "libero-object", "libero-goal", "libero-10")
+SUITES.update({f"{base}-{v}": f"{SUITES[base]}_{v}" for base in PRO_BASES for v in PRO_VARIANTS})
 ASSET_PROBE = "scenes/libero_tabletop_base_style.xml"  # a file every LIBERO scene loads
 _WRITTEN: set[str] = set()  # config folders this process wrote (rewritten when the assets path changes)
 
@@ -71,7 +83,7 @@ def load_suite(suite: str, assets: str = "") -> list[LiberoTask]:
         raise UserError(f"env.libero_assets={assets!r} is not a folder")
     try:
         _write_config(assets)
-        from libero.libero import benchmark, get_libero_path
+        from libero.libero import get_libero_path
     except ImportError as exc:
         raise UserError(f"cannot import libero.libero ({exc}). {INSTALL_HINT}") from exc
     try:
@@ -83,8 +95,28 @@ def load_suite(suite: str, assets: str = "") -> list[LiberoTask]:
             f"LIBERO's assets are missing ({asset_root / ASSET_PROBE} not found); set "
             f"env.libero_assets=<folder with LIBERO's assets/> or {INSTALL_HINT}"
         )
-    bench = benchmark.get_benchmark_dict()[SUITES[suite]]()
-    bddl_root = Path(get_libero_path("bddl_files"))
+    tasks = _benchmark_tasks(SUITES[base_suite(suite)], Path(get_libero_path("bddl_files")))
+    if suite == base_suite(suite):
+        return tasks
+    variant = {t.name: t for t in _benchmark_tasks(SUITES[suite], Path(get_libero_path("bddl_files")))}
+    return [
+        dataclasses.replace(
+            variant[t.name],
+            language=t.language if _language(variant[t.name]) == _language(t) else _language(variant[t.name]),
+        )
+        for t in tasks
+    ]
+
+
+def base_suite(suite: str) -> str:
+    """The LIBERO suite a LIBERO-PRO variant perturbs (e.g. libero-spatial for libero-spatial-swap)."""
+    return next((base for base in PRO_BASES if suite.startswith(f"{base}-")), suite)
+
+
+def _benchmark_tasks(benchmark_name: str, bddl_root: Path) -> list[LiberoTask]:
+    from libero.libero import benchmark
+
+    bench = benchmark.get_benchmark_dict()[benchmark_name]()
     return [
         LiberoTask(
             name=task.name,
@@ -94,6 +126,12 @@ def load_suite(suite: str, assets: str = "") -> list[LiberoTask]:
         )
         for i, task in enumerate(bench.tasks)
     ]
+
+
+def _language(task: LiberoTask) -> str:
+    """The instruction written in a task's BDDL file (LIBERO's own names the task by its file name)."""
+    found = re.search(r"\(:language\s+([^)]*)\)", Path(task.bddl_file).read_text())
+    return found.group(1).strip() if found else task.language
 
 
 def select_tasks(tasks: list[LiberoTask], task: str | None, suite: str) -> list[int]:

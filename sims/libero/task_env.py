@@ -1,10 +1,14 @@
-"""One LIBERO env (an `OffScreenRenderEnv` for one task) with embodrl's episode rules, in numpy."""
+"""One LIBERO env (an `OffScreenRenderEnv` for one task) with embodrl's episode rules and env.randomize's
+perturbations (sims/libero/perturb.py), in numpy."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+from embodrl.sims.libero.perturb import LiberoPerturbations
+from embodrl.sims.perturbation import RandomizeConfig
 
 STATE_DIM = 8
 CAMERAS = {"rgb": "agentview", "wrist_rgb": "robot0_eye_in_hand"}
@@ -21,6 +25,8 @@ class TaskEnvSpec:
     cameras: tuple[str, ...]  # observation keys with images: () | ("rgb",) | ("rgb", "wrist_rgb")
     max_episode_steps: int
     terminate_on_success: bool
+    randomize: RandomizeConfig
+    num_tasks: int  # of the suite: a perturbed instruction's task id is task + num_tasks * level
 
 
 def _quat_to_axis_angle(quat: np.ndarray) -> np.ndarray:
@@ -49,7 +55,15 @@ class LiberoTaskEnv:
             hard_reset=False,  # keep the model between episodes: resets take 0.6 s instead of 4.5 s
         )
         self.elapsed = 0
+        self.state_id = 0
         self.obs: dict[str, np.ndarray] = {}
+        active = spec.randomize.active
+        self.perturb = LiberoPerturbations(spec.randomize, self._model, spec.num_tasks) if active else None
+
+    @property
+    def _model(self):
+        """The env's MjModel, which the perturbations edit (a soft reset keeps it)."""
+        return self.env.sim.model._model
 
     def _convert(self, raw: dict) -> dict[str, np.ndarray]:
         # Images rotated 180 degrees to stand upright, as in the OpenVLA / openpi LIBERO code.
@@ -59,12 +73,19 @@ class LiberoTaskEnv:
         eef = [raw["robot0_eef_pos"], _quat_to_axis_angle(raw["robot0_eef_quat"]), raw["robot0_gripper_qpos"]]
         out["state"] = np.concatenate(eef).astype(np.float32)
         out["task_id"] = np.int64(self.spec.task_id)
+        if self.perturb:
+            out["state"] = self.perturb.episode_state(out["state"], self.state_id, self.elapsed)
+            out["task_id"] = np.int64(self.perturb.shown_task(self.spec.task_id, self.state_id))
         return out
 
     def reset_to(self, state_id: int) -> dict[str, np.ndarray]:
         self.env.reset()
-        self.obs = self._convert(self.env.set_init_state(self.spec.init_states[state_id]))
-        self.elapsed = 0
+        self.state_id, self.elapsed = state_id, 0
+        init = self.spec.init_states[state_id]
+        if self.perturb:
+            self.perturb.edit_model(self._model, state_id)
+            init = self.perturb.edit_init_state(init, state_id)
+        self.obs = self._convert(self.env.set_init_state(init))
         return self.obs
 
     def step(self, actions: np.ndarray, next_state_id: int) -> dict:
@@ -72,7 +93,12 @@ class LiberoTaskEnv:
         chunk = len(actions)
         out = dict(reward=np.zeros(chunk, np.float32), terminated=False, truncated=False, success=False)
         for c in range(chunk):
-            raw, _, _, _ = self.env.step(actions[c])
+            action = (
+                self.perturb.episode_action(actions[c], self.state_id, self.elapsed)
+                if self.perturb
+                else actions[c]
+            )
+            raw, _, _, _ = self.env.step(action)
             self.elapsed += 1
             out["executed"], out["success"] = c + 1, bool(self.env.check_success())
             out["reward"][c] = float(out["success"])

@@ -5,6 +5,7 @@ Import-light (no mujoco). Every text is a function of the table entry and the le
 
 from __future__ import annotations
 
+import functools
 import re
 
 from embodrl.sims.tabletop.tasks import COLOR_NAMES, TASKS, Instruction
@@ -33,7 +34,6 @@ SYNONYMS = {
     "move": "bring",
     "gripper": "hand",
 }
-_SYNONYM_RE = re.compile(r"\b(" + "|".join(sorted(map(re.escape, SYNONYMS), key=len, reverse=True)) + r")\b")
 
 # one template per task in words none of the training templates use
 UNSEEN_TEMPLATES = {
@@ -58,8 +58,14 @@ def _colours(entry: Instruction, main: int) -> dict[str, str]:
     return {"main": COLOR_NAMES[main], "goal": COLOR_NAMES[entry.goal] if entry.goal >= 0 else ""}
 
 
-def synonyms(text: str) -> str:
-    return _SYNONYM_RE.sub(lambda m: SYNONYMS[m.group(0)], text)
+@functools.cache
+def _any_of(words: tuple[str, ...]) -> re.Pattern:
+    return re.compile(r"\b(" + "|".join(sorted(map(re.escape, words), key=len, reverse=True)) + r")\b")
+
+
+def synonyms(text: str, table: dict[str, str] = SYNONYMS) -> str:
+    """`text` with every word (or phrase) of `table` replaced by its synonym, longest first."""
+    return _any_of(tuple(table)).sub(lambda m: table[m.group(0)], text)
 
 
 def paraphrase(entry: Instruction, level: int) -> str:

@@ -2,8 +2,8 @@
 reset (its MjModel, the layout), on the instruction table, on observations and on actions.
 
 Every draw of an episode is a function of env.randomize.seed, the axis and the episode's initial-state
-id: a level changes the size of a perturbation, never its direction, and nominal objects keep their
-places (sims/perturbation.py).
+id (sims/episode_draws.py): a level changes the size of a perturbation, never its direction, and nominal
+objects keep their places.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import dataclasses
 import mujoco
 import numpy as np
 
-from embodrl.sims.perturbation import AXES, MODEL_AXES, TEXT_AXES, RandomizeConfig
+from embodrl.sims.episode_draws import SALT, EpisodeDraws, level_of
+from embodrl.sims.perturbation import MODEL_AXES, TEXT_AXES, RandomizeConfig
 from embodrl.sims.tabletop import paraphrase
 from embodrl.sims.tabletop.layout import (
     EE_START_HIGH,
@@ -29,28 +30,18 @@ from embodrl.sims.tabletop.perturb_model import MODEL_EDITS, NEEDS_SET_CONST, Mo
 from embodrl.sims.tabletop.scene import SceneIndex
 from embodrl.sims.tabletop.tasks import COLOR_NAMES, TASKS, Instruction
 
-_SALT = 0x9E27B  # separates perturbation streams from layouts and auto-reset draws
 SPAWN_WIDENING = 0.2  # of the start regions, per unit of severity
 DISTRACTORS_PER_UNIT = 2
-PROPRIO_STD = 0.005  # per unit of severity
 OBJECT_STD = 0.005  # m per unit of severity
-ACTION_STD = 0.1  # of the action range [-1, 1], per unit of severity
 
 
-def level_of(severity: float) -> int:
-    """The whole step of a severity (axes that count: latency steps, text levels, distractors)."""
-    return int(np.floor(severity + 0.5))
-
-
-class Perturbations:
+class Perturbations(EpisodeDraws):
     """What env.randomize does to one TabletopEnv."""
 
     def __init__(
         self, cfg: RandomizeConfig, model: mujoco.MjModel, idx: SceneIndex, table: list[Instruction]
     ) -> None:
-        self.cfg = cfg
-        self.axes = list(cfg.active)
-        self._axis_id = {axis: i for i, axis in enumerate(AXES)}
+        super().__init__(cfg)
         self._nominal = model
         self._parts = ModelParts.of(model, idx)
         self._scratch = mujoco.MjData(model)
@@ -62,18 +53,6 @@ class Perturbations:
         self.shown_table = [
             self._text(entry, i, level) for level in range(top + 1) for i, entry in enumerate(table)
         ]
-
-    # ---- draws -------------------------------------------------------------------------------------
-    def severity(self, axis: str, state_id: int) -> float:
-        top = self.cfg.severities()[axis]
-        if self.cfg.exact:
-            return top
-        draw = np.random.default_rng([_SALT, self.cfg.seed, self._axis_id[axis], state_id, 0])
-        return float(draw.uniform(0, top))
-
-    def rng(self, axis: str, state_id: int, *more: int) -> np.random.Generator:
-        """The episode's draws of `axis` (directions, signs, places): the same at every severity."""
-        return np.random.default_rng([_SALT, self.cfg.seed, self._axis_id[axis], state_id, 1, *more])
 
     @property
     def adds_objects(self) -> bool:
@@ -102,7 +81,7 @@ class Perturbations:
             count = DISTRACTORS_PER_UNIT * level_of(self.severity("distractors", state_id))
             for n in rng.permutation(len(unused))[:count]:
                 _add(objects, *unused[n], rng)
-        turn = np.random.default_rng([_SALT, self.cfg.seed, state_id, 2])  # added cubes' yaw
+        turn = np.random.default_rng([SALT, self.cfg.seed, state_id, 2])  # added cubes' yaw
         cube_yaw = {
             c: layout.cube_yaw.get(c, float(turn.uniform(-MAX_CUBE_YAW, MAX_CUBE_YAW)))
             for c in sorted(objects.get("cube", {}))
@@ -132,24 +111,6 @@ class Perturbations:
         return instruction + len(self._table) * level_of(self.severity(self.text_axis, state_id))
 
     # ---- observations and actions ------------------------------------------------------------------
-    def _step_noise(
-        self, axis: str, std: float, shape: tuple[int, ...], state_ids: np.ndarray, steps: np.ndarray
-    ) -> np.ndarray:
-        """[n, *shape] Gaussian noise of `std` per unit of the axis's severity: a function of the episode
-        and its step alone, so an observation read twice (a reset of other envs) is the same."""
-        return np.stack(
-            [
-                self.rng(axis, int(s), int(t)).normal(size=shape) * std * self.severity(axis, int(s))
-                for s, t in zip(state_ids, steps, strict=True)
-            ]
-        )
-
-    def noisy_state(self, state: np.ndarray, state_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        """`state` [n, D] with proprioceptive noise."""
-        if "proprio_noise" not in self.axes:
-            return state
-        return state + self._step_noise("proprio_noise", PROPRIO_STD, state.shape[1:], state_ids, steps)
-
     def noisy_objects(
         self, main: np.ndarray, goal: np.ndarray, same: np.ndarray, state_ids: np.ndarray, steps: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -157,15 +118,8 @@ class Perturbations:
         `same` ([n] bool: the task has no goal object), the goal is the object and reads its noise."""
         if "object_noise" not in self.axes:
             return main, goal
-        noise = self._step_noise("object_noise", OBJECT_STD, (2, 3), state_ids, steps)
+        noise = self.step_noise("object_noise", OBJECT_STD, (2, 3), state_ids, steps)
         return main + noise[:, 0], goal + np.where(same[:, None], noise[:, 0], noise[:, 1])
-
-    def noisy_action(self, action: np.ndarray, state_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        """The executed actions [n, A] with actuation noise, clipped to the action range."""
-        if "action_noise" not in self.axes:
-            return action
-        noise = self._step_noise("action_noise", ACTION_STD, action.shape[1:], state_ids, steps)
-        return np.clip(action + noise, -1.0, 1.0).astype(action.dtype)
 
     def delay_steps(self, state_id: int) -> int:
         return level_of(self.severity("latency", state_id)) if "latency" in self.axes else 0

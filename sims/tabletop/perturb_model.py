@@ -37,12 +37,12 @@ class ModelParts:
         return cls(idx.cube_geom, model.geom_bodyid[idx.cube_geom], colour_geoms)
 
 
-def _unit(rng: np.random.Generator) -> np.ndarray:
+def random_unit(rng: np.random.Generator) -> np.ndarray:
     v = rng.normal(size=3)
     return v / np.linalg.norm(v)
 
 
-def _sign(rng: np.random.Generator) -> float:
+def random_sign(rng: np.random.Generator) -> float:
     return 1.0 if rng.random() < 0.5 else -1.0
 
 
@@ -56,15 +56,19 @@ def _rotate_quat(quat: np.ndarray, axis: np.ndarray, angle: float) -> np.ndarray
 
 def edit_camera(model, nominal, parts, rng, severity) -> None:
     for c in range(nominal.ncam):
-        model.cam_pos[c] = nominal.cam_pos[c] + 0.03 * severity * _unit(rng)
-        model.cam_quat[c] = _rotate_quat(nominal.cam_quat[c], _unit(rng), np.deg2rad(3.0) * severity)
+        model.cam_pos[c] = nominal.cam_pos[c] + 0.03 * severity * random_unit(rng)
+        model.cam_quat[c] = _rotate_quat(nominal.cam_quat[c], random_unit(rng), np.deg2rad(3.0) * severity)
 
 
-def edit_lighting(model, nominal, parts, rng, severity) -> None:
-    scale = 1.35 ** (_sign(rng) * severity)
+def scale_lights(model, nominal, scale: float) -> None:
+    """Every light's and the headlight's intensity `scale` times the nominal one's (at most 1)."""
     model.light_diffuse[:] = np.clip(nominal.light_diffuse * scale, 0.0, 1.0)
     for field in ("ambient", "diffuse"):
         setattr(model.vis.headlight, field, np.clip(getattr(nominal.vis.headlight, field) * scale, 0.0, 1.0))
+
+
+def edit_lighting(model, nominal, parts, rng, severity) -> None:
+    scale_lights(model, nominal, 1.35 ** (random_sign(rng) * severity))
     azimuth = rng.uniform(0.0, 2 * np.pi)
     tilt = np.deg2rad(15.0) * severity
     direction = np.array([np.sin(tilt) * np.cos(azimuth), np.sin(tilt) * np.sin(azimuth), -np.cos(tilt)])
@@ -74,15 +78,15 @@ def edit_lighting(model, nominal, parts, rng, severity) -> None:
 
 def edit_color(model, nominal, parts, rng, severity) -> None:
     for geoms in parts.colour_geoms:
-        hue_turn = _sign(rng) * severity * 12.0 / 360.0
-        brightness = 1.0 + _sign(rng) * 0.1 * severity
+        hue_turn = random_sign(rng) * severity * 12.0 / 360.0
+        brightness = 1.0 + random_sign(rng) * 0.1 * severity
         h, s, v = colorsys.rgb_to_hsv(*nominal.geom_rgba[geoms[0], :3])
         rgb = colorsys.hsv_to_rgb((h + hue_turn) % 1.0, s, float(np.clip(v * brightness, 0.0, 1.0)))
         model.geom_rgba[geoms, :3] = rgb
 
 
 def edit_size(model, nominal, parts, rng, severity) -> None:
-    scale = 1.0 + _sign(rng) * 0.06 * severity
+    scale = 1.0 + random_sign(rng) * 0.06 * severity
     g = parts.cube_geoms
     model.geom_size[g] = nominal.geom_size[g] * scale
     model.geom_rbound[g] = nominal.geom_rbound[g] * scale
@@ -90,18 +94,18 @@ def edit_size(model, nominal, parts, rng, severity) -> None:
 
 
 def edit_mass(model, nominal, parts, rng, severity) -> None:
-    scale = 1.6 ** (_sign(rng) * severity)
+    scale = 1.6 ** (random_sign(rng) * severity)
     b = parts.cube_bodies
     model.body_mass[b] = nominal.body_mass[b] * scale
     model.body_inertia[b] = nominal.body_inertia[b] * scale
 
 
 def edit_friction(model, nominal, parts, rng, severity) -> None:
-    model.geom_friction[:, 0] = nominal.geom_friction[:, 0] * 1.3 ** (_sign(rng) * severity)
+    model.geom_friction[:, 0] = nominal.geom_friction[:, 0] * 1.3 ** (random_sign(rng) * severity)
 
 
 def edit_gains(model, nominal, parts, rng, severity) -> None:
-    scale = 1.3 ** (_sign(rng) * severity)
+    scale = 1.3 ** (random_sign(rng) * severity)
     model.actuator_gainprm[:, 0] = nominal.actuator_gainprm[:, 0] * scale  # kp
     model.actuator_biasprm[:, 1:3] = nominal.actuator_biasprm[:, 1:3] * scale  # -kp, -kv
 

@@ -8,7 +8,7 @@ import pytest
 from embodrl.config import compose
 from embodrl.errors import ConfigError
 from embodrl.sims.config import EnvConfig
-from embodrl.sims.perturbation import AXES, RandomizeConfig, exact
+from embodrl.sims.perturbation import AXES, RandomizeConfig, axis_unit, exact
 
 
 def test_the_axes_keep_their_places_which_seed_their_draws():
@@ -32,6 +32,10 @@ def test_every_axis_is_a_config_field_in_table_order():
         (["env.physics_backend=warp", "env.randomize.friction=1"], "need env.physics_backend=mujoco"),
         (["env.randomize.friction=9"], "env.randomize.friction=9.0 must be in [0, 5.0]"),
         (["env.randomize.instruction=1", "env.randomize.conflict=1"], "set one of conflict and instruction"),
+        (["env.suite=libero-spatial", "env.randomize.mass=1"], "mass does not apply to libero-spatial"),
+        (["env.suite=libero-goal-task", "env.randomize.instruction=1"], "not libero-goal-task's"),
+        (["env.suite=libero-90", "env.randomize.instruction=1"], "paraphrases, not libero-90's"),
+        (["env.suite=libero-goal", "env.randomize.lighting=1"], "lighting changes images"),
     ],
 )
 def test_an_axis_the_env_cannot_apply_is_a_one_line_error(overrides, message):
@@ -44,3 +48,11 @@ def test_rgb_axes_apply_with_images_and_distractors_on_either_suite():
     compose(
         None, ["env.randomize.distractors=1", "env.randomize.object_noise=2", "env.randomize.action_noise=2"]
     )
+
+
+def test_libero_suites_take_their_axes_and_name_what_a_unit_does_there():
+    axes = RandomizeConfig(camera=1, spawn=2, instruction=3, proprio_noise=1, action_noise=1)
+    EnvConfig(suite="libero-spatial-swap", obs_mode="rgb", randomize=axes)
+    assert axis_unit("spawn", "libero-goal").startswith("each movable object moved 2 cm")
+    assert axis_unit("spawn", "tabletop-lang") == AXES["spawn"].unit
+    assert axis_unit("camera", "libero-goal") == AXES["camera"].unit

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from embodrl.sims.config import EnvConfig
+from embodrl.sims.episode_draws import ACTION_STD, PROPRIO_STD
 from embodrl.sims.perturbation import RandomizeConfig, exact
 from embodrl.sims.registry import make_env
 from embodrl.sims.tabletop import physics
 from embodrl.sims.tabletop.layout import OBJECT_HIGH, OBJECT_LOW
-from embodrl.sims.tabletop.perturb import ACTION_STD, OBJECT_STD, PROPRIO_STD, SPAWN_WIDENING
+from embodrl.sims.tabletop.perturb import OBJECT_STD, SPAWN_WIDENING
 from embodrl.sims.tabletop.scene import PARK_X
 from embodrl.sims.tabletop.tasks import COLOR_NAMES
 
