@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from embodrl.choices import check_positive
-from embodrl.deploy.config import ChunkConfig, ResetConfig, RobotLoopConfig
+from embodrl.deploy.config import ChunkConfig, ResetConfig, RobotLoopConfig, SafetyConfig
 from embodrl.errors import ConfigError
 
 KINDS_WITH_A_WORKSPACE = ("sim",)  # robots whose end-effector box for learning is known (sim_robot.py)
@@ -18,6 +18,9 @@ class RobotActorConfig(RobotLoopConfig):
     driven by the learner's policy, plus what learning on hardware needs: the end-effector workspace box on
     by default, and a reset between episodes. The chunk is the learner's policy's (one action a decision)."""
 
+    # a decision is one action: the rate limit (safety.max_relative_target) bounds its step from the last
+    # one, where rejecting a chunk that jumps (max_chunk_jump) would hold the arm instead of exploring
+    safety: SafetyConfig = field(default_factory=lambda: SafetyConfig(max_chunk_jump=None))
     episodes: int = 0  # episodes to play; 0: until the learner finishes its run
     # keep the end effector in safety.workspace_low/high (the sim stand-in has a default box); false: learn
     # without a box (not recommended on hardware)

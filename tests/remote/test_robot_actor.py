@@ -106,6 +106,8 @@ def test_a_robot_without_a_known_box_is_refused_in_one_line(capsys):
 
 
 def test_the_chunk_is_the_learners_and_reset_modes_are_checked():
+    # one action a decision: the rate limit bounds its jump, which is not rejected (a hold) as a chunk's
+    assert robot_cfg().safety.max_chunk_jump is None and robot_cfg().safety.max_relative_target == (0.5,)
     with pytest.raises(ConfigError, match="chunk"):
         robot_cfg(chunk=ChunkConfig(action_horizon=8, execute_steps=8))
     with pytest.raises(ConfigError, match="reset.home"):
