@@ -389,6 +389,7 @@ def cmd_learner(args: argparse.Namespace) -> None:
 
 
 def cmd_actor(args: argparse.Namespace) -> None:
+    import dataclasses
     import logging
 
     from embodrl.choices import check_positive
@@ -410,8 +411,10 @@ def cmd_actor(args: argparse.Namespace) -> None:
 
         torch.set_num_threads(cfg.train.torch_threads)
     conn = ActorConnectionConfig(learner=args.learner, actor_id=args.id, wait_s=args.wait)
+    # reward.model: the learner's classifier judges success, so the simulator's must not end episodes
+    env = dataclasses.replace(cfg.env, terminate_on_success=False) if cfg.reward.model else cfg.env
     _, status = run_actor(
-        cfg.env,
+        env,
         conn,
         args.batch_steps,
         decisions=args.transitions,
@@ -719,7 +722,9 @@ def build_parser() -> argparse.ArgumentParser:
         "in the run's transition log before it is acknowledged; --resume replays what the last checkpoint "
         "does not hold, so a killed learner loses no acknowledged transition. An iteration is as many "
         "updates as the local runner's; updates wait for data (one per transition beyond "
-        "algo.learning_starts). " + OVERRIDES_HELP,
+        "algo.learning_starts). Steps actors flag as interventions join the demo buffer; cameras arrive "
+        "raw and are stored as the policy's frozen features; with reward.model the classifier labels "
+        "every transition's reward, never the actor. " + OVERRIDES_HELP,
     )
     _add_experiment_arguments(p, resume=True)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: all; default local)")

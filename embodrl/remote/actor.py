@@ -131,7 +131,15 @@ class TransitionBatches:
 def status_line(client: LearnerClient, stats: ActorStats) -> str:
     """An actor's status: what it played and how far the learner acknowledged it."""
     acked = client.stats
-    link = "learner finished" if client.finished else "connected" if client.connected else "learner away"
+    link = (
+        "learner finished"
+        if client.finished
+        else "closed"
+        if client.closed
+        else "connected"
+        if client.connected
+        else "learner away"
+    )
     return (
         f"actor {client.cfg.actor_id}: {stats.decisions} transitions, {stats.episodes} episodes, "
         f"weights v{stats.version}; acked up to batch {acked.last_acked_seq} ({acked.acked_transitions} "

@@ -154,6 +154,10 @@ class LearnerClient:
     def connected(self) -> bool:
         return self._ws is not None
 
+    @property
+    def closed(self) -> bool:
+        return self._closing.is_set()
+
     def flush(self, timeout_s: float) -> bool:
         """Wait up to `timeout_s` for every queued batch to be acknowledged; whether they all were."""
         deadline = time.monotonic() + timeout_s

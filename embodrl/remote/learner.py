@@ -26,13 +26,13 @@ from torch import nn
 
 from embodrl.config import ExperimentConfig
 from embodrl.errors import UserError
-from embodrl.obs_keys import IMAGE_KEYS
 from embodrl.remote.arrays import to_arrays, to_tensors
 from embodrl.remote.config import LearnerServerConfig
 from embodrl.remote.intake import Arrival, Intake
 from embodrl.remote.learner_server import LearnerServer
 from embodrl.remote.protocol import unpackb
 from embodrl.remote.transition_log import TransitionLog
+from embodrl.train.learned_reward_env import LearnedRewardVecEnv
 from embodrl.train.offpolicy_runner import OffPolicyRunner
 
 log = logging.getLogger(__name__)
@@ -65,21 +65,13 @@ class Learner(OffPolicyRunner):
             raise UserError(
                 "algo.noise_policy is not supported by `embodrl learner` yet; train it with `embodrl train`"
             )
-        unsupported = [
-            key
-            for key, on in (
-                ("reward.model", bool(cfg.reward.model)),
-                ("camera keys", any(k in IMAGE_KEYS for k in cfg.policy.read_keys)),
-            )
-            if on
-        ]
-        if unsupported:  # the actors send raw observations, not the features and labels these need
-            raise UserError(
-                f"{', '.join(unsupported)} not supported by `embodrl learner` yet; train with `embodrl train`"
-            )
         self.remote = RemoteState()  # before the runner's constructor, whose restore fills it
         self.episodes: list[dict[str, float]] = []  # the actors' episode summaries since the last iteration
         super().__init__(cfg, run_dir, resume)
+        # reward.model: the classifier (the runner's env has it) labels what arrives, never the actor
+        self.judge = self.env.judge if isinstance(self.env, LearnedRewardVecEnv) else None
+        judged = self.judge.classifier.spec.obs_keys if self.judge is not None else ()
+        self.sent_keys = tuple(dict.fromkeys((*self.keys, *judged)))  # what actors send: raw observations
         self.updates_per_iteration = self.steps_per_iteration * self.env.num_envs
         transition_log = TransitionLog(run_dir / LOG_DIR, self.remote.first_segment)
         last_seq, received = dict(self.remote.last_seq), self.remote.received
@@ -99,13 +91,16 @@ class Learner(OffPolicyRunner):
             self._publish(self.iteration)
 
     def policy_spec(self) -> dict:
-        """What an actor builds its copy of the policy from (a checkpoint's config.json, and the keys the
-        transitions carry)."""
+        """What an actor builds its copy of the policy from (a checkpoint's config.json), and the keys the
+        transitions carry (`read_keys`: the policy's, and the reward model's) with their shapes."""
+        shapes = {key: list(shape) for key, shape in self.policy.obs_shapes.items()}
+        for key in self.sent_keys:
+            shapes.setdefault(key, list(self.env.observation_spec[key].shape))
         return {
             "family": self.policy.family,
             "policy": self.policy.cfg.to_dict(),
-            "obs_shapes": {key: list(shape) for key, shape in self.policy.obs_shapes.items()},
-            "read_keys": list(self.keys),
+            "obs_shapes": shapes,
+            "read_keys": list(self.sent_keys),
         }
 
     def learn(self) -> dict:
@@ -123,10 +118,17 @@ class Learner(OffPolicyRunner):
         return True
 
     def _take(self, arrival: Arrival) -> None:
+        """A stored batch into the buffers: the reward model's labels, cameras as the policy's frozen
+        features (as the local runner stores them), interventions into the demos too."""
         transitions = to_tensors(arrival.transitions, self.cfg.device)
         driven = transitions.pop("intervention", None)  # the flagged steps join the demos too
         count = transitions["reward"].shape[0]
-        self._store(TensorDict(transitions, batch_size=[count], device=self.cfg.device), driven)
+        batch = TensorDict(transitions, batch_size=[count], device=self.cfg.device)
+        if self.judge is not None:
+            batch = self.judge.relabel_transitions(batch)
+        for key in ("obs", "next_obs"):
+            batch[key] = self.algo.stored_obs(batch[key])
+        self._store(batch, driven)
         self.remote.received += count
         self.env_steps += arrival.env_steps
         if arrival.episodes is not None:
@@ -157,6 +159,8 @@ class Learner(OffPolicyRunner):
         self.wall_time += elapsed
         metrics = {f"train/{k}": sum(u[k] for u in updates) / len(updates) for k in updates[0]}
         metrics.update(self._episode_metrics())
+        if self.judge is not None:  # how often the classifier disagrees with the actors' own labels
+            metrics.update(self.judge.pop_metrics())
         metrics.update(
             {
                 "rollout/env_steps": float(self.env_steps),

@@ -34,8 +34,9 @@ from embodrl.deploy.observations import RequestError
 from embodrl.deploy.recording import StepRecord
 from embodrl.deploy.reset import reset_scene
 from embodrl.deploy.robot import Robot, connected
-from embodrl.deploy.runner import ModelRunner
+from embodrl.deploy.runner import InputSpec, ModelRunner
 from embodrl.errors import UserError
+from embodrl.obs_keys import key_dtype
 from embodrl.remote.actor import (
     ActorStats,
     PolicyCopy,
@@ -53,12 +54,16 @@ logger = logging.getLogger(__name__)
 
 class LearnerPolicyRunner(ModelRunner):
     """The learner's policy as the loop's chunk source: the newest weights loaded before each inference, its
-    actions sampled (exploration); uniform over [low, high] [A] while no weights have arrived."""
+    actions sampled (exploration); uniform over [low, high] [A] while no weights have arrived. Its inputs
+    are all the keys the learner wants sent (the policy's, and its reward model's)."""
 
     def __init__(self, copy: PolicyCopy, low: np.ndarray, high: np.ndarray, seed: int) -> None:
         super().__init__(copy.policy, deterministic=False)
         self.copy, self.low, self.high = copy, low, high
         self.rng = np.random.default_rng(seed)
+        spec = copy.client.policy_spec
+        for key in spec["read_keys"]:
+            self.input_spec.setdefault(key, InputSpec(tuple(spec["obs_shapes"][key]), key_dtype(key)))
 
     def infer_batch(self, observations: list[dict[str, Any]]) -> np.ndarray:
         self.copy.refresh()

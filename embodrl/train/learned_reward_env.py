@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from tensordict import TensorDict
 
 from embodrl.engine.config import EngineConfig
 from embodrl.engine.env_client import StagedEnv
@@ -49,20 +50,36 @@ class ClassifierReward:
                 f"observes {wrong}; set env.obs_mode / env.image_size as the model was trained"
             )
 
-    def relabel(self, res: StepResult) -> StepResult:
-        """`res` with the classifier's sparse reward and success on its resulting observations."""
-        predicted = (self.classifier.probability(res.final_obs) > self.threshold).to(res.success.device)
-        ran = res.steps_executed > 0  # a soft-failed stage's placeholder executed nothing
-        simulator = res.success
+    def judge(self, obs: TensorDict, simulator: torch.Tensor, ran: torch.Tensor) -> torch.Tensor:
+        """Whether the classifier calls each observation [N] a success (False where nothing `ran`),
+        counting its disagreements with the `simulator`'s flag [N]."""
+        predicted = (self.classifier.probability(obs) > self.threshold).to(simulator.device)
         self.counts["decisions"] += int(ran.sum())
         self.counts["predicted"] += int((predicted & ran).sum())
         self.counts["simulator"] += int((simulator & ran).sum())
         self.counts["false_positive"] += int((predicted & ~simulator & ran).sum())
         self.counts["false_negative"] += int((~predicted & simulator & ran).sum())
+        return predicted & ran
+
+    def relabel(self, res: StepResult) -> StepResult:
+        """`res` with the classifier's sparse reward and success on its resulting observations."""
+        ran = res.steps_executed > 0  # a soft-failed stage's placeholder executed nothing
+        predicted = self.judge(res.final_obs, res.success, ran)
         reward = torch.zeros_like(res.reward)
         last = (res.steps_executed - 1).clamp_min(0)
-        reward[torch.arange(len(reward)), last] = (predicted & ran).to(reward.dtype)
-        return res.with_fields(reward=reward, success=predicted & ran)
+        reward[torch.arange(len(reward)), last] = predicted.to(reward.dtype)
+        return res.with_fields(reward=reward, success=predicted)
+
+    def relabel_transitions(self, transitions: TensorDict) -> TensorDict:
+        """Transitions [B] as an actor sent them (raw observations) with the classifier's sparse reward on
+        `next_obs`: 1 where it predicts success, and there terminated with terminate_on_success (else
+        never); the actor's own reward > 0 is the flag its counts compare with (a simulator's sparse
+        reward, a robot's task done)."""
+        sent = transitions["reward"] > 0
+        predicted = self.judge(transitions["next_obs"], sent, torch.ones_like(sent))
+        transitions["reward"] = predicted.to(transitions["reward"].dtype)
+        transitions["terminated"] = predicted & self.terminate
+        return transitions
 
     def end_on_success(self, env: VecEnv, res: StepResult) -> StepResult:
         """With terminate_on_success: episodes the classifier calls done end, and their envs restart from

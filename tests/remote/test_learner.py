@@ -96,8 +96,6 @@ def test_the_learner_trains_on_what_actors_send_and_resumes_from_its_log(tmp_pat
     [
         (["algo=ppo"], "algo.name=ppo learns on-policy"),
         (["algo.noise_policy=DIR"], "not supported by"),
-        (["reward.model=DIR"], "reward.model not supported"),
-        (["policy.obs_keys=[rgb,state]", "env.obs_mode=rgb"], "camera keys not supported"),
     ],
 )
 def test_what_the_learner_cannot_train_is_refused_in_one_line(overrides, message, tmp_path):

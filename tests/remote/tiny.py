@@ -33,6 +33,7 @@ TABLETOP_SAC = [
     "policy.gaussian.hidden_dims=[16]",
     "algo.critic_hidden_dims=[16,16]",
     "algo.num_critics=2",
+    "algo.buffer_size=1000",  # allocated whole at the first transition
     "train.tensorboard=false",
     "train.keep_best=false",
     "train.eval_every=0",
