@@ -175,7 +175,7 @@ def test_no_learner_is_a_one_line_error(capsys):
 def test_the_robot_side_client_needs_no_torch_and_the_actor_no_learner():
     probe = (
         "import sys; import embodrl.remote.client; assert 'torch' not in sys.modules, 'torch'; "
-        "import embodrl.remote.actor; "  # of the engine, its episode tracker only (the rollout metrics)
+        "import embodrl.remote.actor, embodrl.remote.robot_actor; "  # of the engine, its episode tracker only
         "bad = [m for m in sys.modules if m.startswith(('embodrl.train', 'embodrl.algos', "
         "'embodrl.remote.learner', 'embodrl.engine.'))]; "
         "assert bad == ['embodrl.engine.episode_tracker'], bad"
