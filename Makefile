@@ -53,7 +53,7 @@ $(LIBERO_VENV)/.ok: pyproject.toml setup.py
 libero-venv: $(LIBERO_VENV)/.ok
 
 test-libero: libero-venv system-deps
-	HF_HUB_OFFLINE=1 MUJOCO_GL=egl $(LIBERO_VENV)/bin/python -m pytest -q tests/sims/test_libero.py
+	HF_HUB_OFFLINE=1 MUJOCO_GL=egl $(LIBERO_VENV)/bin/python -m pytest -q tests/sims/test_libero.py tests/sims/test_libero_perturb.py
 
 # Few-shot SFT -> Flow-Noise PPO on `pick` (configs/experiment/pick_flow_noise.yaml), ~15 min on 2 cores.
 DEMO_DATA := data/pick_demos_pos

@@ -8,7 +8,7 @@ Every draw is a function of env.randomize.seed, the axis and the episode's initi
 
 from __future__ import annotations
 
-import copy
+from types import SimpleNamespace
 
 import mujoco
 import numpy as np
@@ -23,14 +23,33 @@ ARM_JOINT_PREFIX = "robot0_joint"
 
 
 def edit_lighting(model: mujoco.MjModel, nominal: mujoco.MjModel, rng: np.random.Generator, severity: float):
-    """Intensity x/÷ 1.35 per unit and every light's direction tilted 15 degrees per unit, about one random
-    horizontal axis (LIBERO's lights are spot lights at fixed places: the lit spot moves)."""
+    """Intensity x/÷ 1.35 per unit, and every light's direction tilted 15 degrees per unit toward one random
+    horizontal direction (LIBERO's lights are spot lights at fixed places: the lit spot moves)."""
     scale_lights(model, nominal, 1.35 ** (random_sign(rng) * severity))
     azimuth = rng.uniform(0.0, 2 * np.pi)
+    toward = np.array([np.cos(azimuth), np.sin(azimuth), 0.0])
     turn = np.zeros(4)
-    mujoco.mju_axisAngle2Quat(turn, np.array([np.cos(azimuth), np.sin(azimuth), 0.0]), LIGHT_TILT * severity)
     for light in range(nominal.nlight):
+        axis = np.cross(nominal.light_dir[light], toward)  # perpendicular to the light: it turns by the angle
+        mujoco.mju_axisAngle2Quat(turn, axis / np.linalg.norm(axis), LIGHT_TILT * severity)
         mujoco.mju_rotVecQuat(model.light_dir[light], nominal.light_dir[light], turn)
+
+
+def _nominal_fields(model: mujoco.MjModel) -> SimpleNamespace:
+    """Copies of the fields the camera and lighting edits read (a copy of a whole LIBERO model would hold
+    its ~200 MB of textures once more per env)."""
+    headlight = model.vis.headlight
+    return SimpleNamespace(
+        ncam=model.ncam,
+        cam_pos=model.cam_pos.copy(),
+        cam_quat=model.cam_quat.copy(),
+        nlight=model.nlight,
+        light_dir=model.light_dir.copy(),
+        light_diffuse=model.light_diffuse.copy(),
+        vis=SimpleNamespace(
+            headlight=SimpleNamespace(ambient=headlight.ambient.copy(), diffuse=headlight.diffuse.copy())
+        ),
+    )
 
 
 class LiberoPerturbations(EpisodeDraws):
@@ -38,7 +57,7 @@ class LiberoPerturbations(EpisodeDraws):
 
     def __init__(self, cfg, model: mujoco.MjModel, num_tasks: int) -> None:
         super().__init__(cfg)
-        self._nominal = copy.copy(model)
+        self._nominal = _nominal_fields(model)
         self._num_tasks = num_tasks
         free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
         self._object_qpos = model.jnt_qposadr[free]  # each movable object's x (y follows)
