@@ -87,12 +87,14 @@ def episode_outcome(stats: EpisodeStats, reward: float) -> dict[str, float]:
 
 
 def episode_line(number: int, stats: EpisodeStats, version: int) -> str:
-    """One line per episode: how it ended, the intervention rate and the safety clamps it needed."""
+    """One line per episode: how it ended, the intervention rate, the safety clamps it needed and whether
+    the loop kept its rate."""
     counts = ", ".join(f"{name} {count}" for name, count in stats.safety.items() if count) or "none"
     ended = "success" if stats.success else stats.stop_reason
     return (
         f"episode {number}: {stats.steps} steps, {ended}, intervention rate "
-        f"{stats.teleop_steps / max(stats.steps, 1):.0%}, safety: {counts}; weights v{version}"
+        f"{stats.teleop_steps / max(stats.steps, 1):.0%}, safety: {counts}; loop {stats.loop_ms_p50:.1f} ms "
+        f"(p50), {stats.late_ticks} late, {stats.starved_steps} without an action; weights v{version}"
     )
 
 
