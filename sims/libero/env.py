@@ -46,6 +46,7 @@ class LiberoVecEnv(VecEnv):
         self.num_envs = cfg.num_envs
         self.device = torch.device(device)
         self._instructions = [t.language for t in tasks]
+        self._task_names = [t.name for t in tasks]
         if cfg.randomize.instruction > 0:
             unseen = load_paraphrases(SUITES[base_suite(cfg.suite)])
             top = level_of(cfg.randomize.instruction)
@@ -94,6 +95,11 @@ class LiberoVecEnv(VecEnv):
     @property
     def instruction_table(self) -> list[str]:
         return self._instructions
+
+    @property
+    def instruction_tasks(self) -> list[str]:
+        # a perturbed table repeats the tasks once per instruction level (task id = task + T * level)
+        return self._task_names * (len(self._instructions) // len(self._task_names))
 
     @property
     def num_init_states(self) -> int:

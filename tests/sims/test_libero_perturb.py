@@ -117,6 +117,7 @@ def test_instruction_levels_are_unseen_texts_of_the_same_task(nominal, text_env)
         assert len(set(texts)) == 10
     # level 2 is LIBERO-PRO's second paraphrase of that very task (the task is kept)
     assert table[20:30] == [unseen[t.name][1] for t in tasks]
+    assert text_env.instruction_tasks == [t.name for t in tasks] * 4  # per-task results count every level
 
 
 def test_training_draws_give_every_level_deterministically_from_the_seed(text_env):
