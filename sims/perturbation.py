@@ -61,6 +61,8 @@ LIBERO_AXES: dict[str, str] = {
     "spawn": "each movable object moved 2 cm (random horizontal direction), each arm joint turned 0.02 rad",
     "instruction": "1: synonyms, 2: LIBERO-PRO's 2nd paraphrase, 3: its 3rd with synonyms and filler words",
     "proprio_noise": "",
+    "mass": "each movable object's mass and inertia x/÷ 1.6",
+    "friction": "",
     "action_noise": "",
 }
 # LIBERO suites whose instructions are not the base suite's, which the paraphrases rewrite

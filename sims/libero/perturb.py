@@ -1,6 +1,7 @@
-"""What env.randomize does to one LIBERO task env (LIBERO_AXES in sims/perturbation.py): the cameras and
-lights of its MjModel, the initial state it resets to, the instruction level it is shown, the state it
-observes and the actions it executes. The instruction texts themselves are sims/libero/paraphrase.py's.
+"""What env.randomize does to one LIBERO task env (LIBERO_AXES in sims/perturbation.py): the cameras,
+lights, friction and object masses of its MjModel, the initial state it resets to, the instruction level
+it is shown, the state it observes and the actions it executes. The instruction texts themselves are
+sims/libero/paraphrase.py's.
 
 Every draw is a function of env.randomize.seed, the axis and the episode's initial-state id
 (sims/episode_draws.py): a level scales the same draw, and the nominal initial state is the one perturbed.
@@ -14,7 +15,7 @@ import mujoco
 import numpy as np
 
 from embodrl.sims.episode_draws import EpisodeDraws, level_of
-from embodrl.sims.tabletop.perturb_model import edit_camera, random_sign, scale_lights
+from embodrl.sims.tabletop.perturb_model import MODEL_EDITS, ModelEdit, ModelParts, random_sign, scale_lights
 
 OBJECT_SHIFT = 0.02  # m per unit of severity, in a random horizontal direction per object
 JOINT_TURN = 0.02  # rad per unit of severity, a random sign per arm joint
@@ -22,7 +23,7 @@ LIGHT_TILT = np.deg2rad(15.0)  # per unit of severity
 ARM_JOINT_PREFIX = "robot0_joint"
 
 
-def edit_lighting(model: mujoco.MjModel, nominal: mujoco.MjModel, rng: np.random.Generator, severity: float):
+def edit_lighting(model, nominal, parts, rng: np.random.Generator, severity: float) -> None:
     """Intensity x/÷ 1.35 per unit, and every light's direction tilted 15 degrees per unit toward one random
     horizontal direction (LIBERO's lights are spot lights at fixed places: the lit spot moves)."""
     scale_lights(model, nominal, 1.35 ** (random_sign(rng) * severity))
@@ -35,21 +36,39 @@ def edit_lighting(model: mujoco.MjModel, nominal: mujoco.MjModel, rng: np.random
         mujoco.mju_rotVecQuat(model.light_dir[light], nominal.light_dir[light], turn)
 
 
+# the tabletop edits that apply to any MjModel, and LIBERO's lighting (its lights are spot lights)
+EDITS: dict[str, ModelEdit] = {
+    "camera": MODEL_EDITS["camera"],
+    "lighting": edit_lighting,
+    "friction": MODEL_EDITS["friction"],
+    "mass": MODEL_EDITS["mass"],
+}
+
+
 def _nominal_fields(model: mujoco.MjModel) -> SimpleNamespace:
-    """Copies of the fields the camera and lighting edits read (a copy of a whole LIBERO model would hold
-    its ~200 MB of textures once more per env)."""
+    """Copies of the fields the edits read (a copy of a whole LIBERO model would hold its ~200 MB of
+    textures once more per env)."""
+    images = ("cam_pos", "cam_quat", "light_dir", "light_diffuse")
+    dynamics = ("geom_friction", "body_mass", "body_inertia")
     headlight = model.vis.headlight
     return SimpleNamespace(
         ncam=model.ncam,
-        cam_pos=model.cam_pos.copy(),
-        cam_quat=model.cam_quat.copy(),
         nlight=model.nlight,
-        light_dir=model.light_dir.copy(),
-        light_diffuse=model.light_diffuse.copy(),
+        **{name: getattr(model, name).copy() for name in images + dynamics},
         vis=SimpleNamespace(
             headlight=SimpleNamespace(ambient=headlight.ambient.copy(), diffuse=headlight.diffuse.copy())
         ),
     )
+
+
+def movable_bodies(model: mujoco.MjModel) -> np.ndarray:
+    """The bodies of the objects that move freely (a free joint on the body or an ancestor)."""
+    free = set(model.jnt_bodyid[model.jnt_type == mujoco.mjtJoint.mjJNT_FREE].tolist())
+
+    def moves(body: int) -> bool:
+        return body in free or (body != 0 and moves(int(model.body_parentid[body])))
+
+    return np.array([b for b in range(model.nbody) if moves(b)], dtype=np.int64)
 
 
 class LiberoPerturbations(EpisodeDraws):
@@ -58,6 +77,10 @@ class LiberoPerturbations(EpisodeDraws):
     def __init__(self, cfg, model: mujoco.MjModel, num_tasks: int) -> None:
         super().__init__(cfg)
         self._nominal = _nominal_fields(model)
+        # the mass edit scales the `cube_bodies` of a ModelParts: here every movable object's bodies
+        self._parts = ModelParts(
+            cube_geoms=np.zeros(0, np.int64), cube_bodies=movable_bodies(model), colour_geoms=()
+        )
         self._num_tasks = num_tasks
         free = np.flatnonzero(model.jnt_type == mujoco.mjtJoint.mjJNT_FREE)
         self._object_qpos = model.jnt_qposadr[free]  # each movable object's x (y follows)
@@ -65,17 +88,15 @@ class LiberoPerturbations(EpisodeDraws):
         arm = [j for j, name in enumerate(names) if name.startswith(ARM_JOINT_PREFIX)]
         self._arm_qpos = model.jnt_qposadr[arm]
 
-    def edit_model(self, model: mujoco.MjModel, state_id: int) -> None:
-        """`model`'s cameras and lights as the episode from `state_id` perturbs them (from the nominal ones:
-        an env's model is edited again at every reset and never drifts)."""
-        if "camera" in self.axes:
-            edit_camera(
-                model, self._nominal, None, self.rng("camera", state_id), self.severity("camera", state_id)
-            )
-        if "lighting" in self.axes:
-            edit_lighting(
-                model, self._nominal, self.rng("lighting", state_id), self.severity("lighting", state_id)
-            )
+    def edit_model(self, model: mujoco.MjModel, data: mujoco.MjData, state_id: int) -> None:
+        """`model` as the episode from `state_id` perturbs it, from the nominal fields (an env's model is
+        edited again at every reset and never drifts); `data` is scratch for the derived constants."""
+        for axis in EDITS:
+            if axis in self.axes:
+                severity = self.severity(axis, state_id)
+                EDITS[axis](model, self._nominal, self._parts, self.rng(axis, state_id), severity)
+        if "mass" in self.axes:  # subtree masses and inverse weights follow the masses
+            mujoco.mj_setConst(model, data)
 
     def edit_init_state(self, flat: np.ndarray, state_id: int) -> np.ndarray:
         """A flattened MuJoCo state [time, qpos, qvel] with the movable objects moved and the arm turned."""

@@ -95,7 +95,7 @@ class LiberoTaskEnv:
         self.state_id, self.elapsed = state_id, 0
         init = self.spec.init_states[state_id]
         if self.perturb:
-            self.perturb.edit_model(self._model, state_id)
+            self.perturb.edit_model(self._model, self.env.sim.data._data, state_id)
             init = self.perturb.edit_init_state(init, state_id)
         self.obs = self._convert(self.env.set_init_state(init))
         return self.obs

@@ -13,7 +13,12 @@ pytest.importorskip("libero.libero", reason="LIBERO not installed here: run `mak
 
 from embodrl.sims.libero.loader import PRO_VARIANTS, load_suite  # noqa: E402
 from embodrl.sims.libero.paraphrase import load_paraphrases  # noqa: E402
-from embodrl.sims.libero.perturb import JOINT_TURN, OBJECT_SHIFT, LiberoPerturbations  # noqa: E402
+from embodrl.sims.libero.perturb import (  # noqa: E402
+    JOINT_TURN,
+    OBJECT_SHIFT,
+    LiberoPerturbations,
+    movable_bodies,
+)
 
 STATE = torch.tensor([3])
 
@@ -90,6 +95,27 @@ def test_spawn_moves_objects_and_arm_by_its_unit_and_a_level_scales_the_same_dra
         assert not torch.equal(obs["state"], nominal.reset_to(STATE)["state"])  # the hand starts elsewhere
         other = task_env.perturb.edit_init_state(np.asarray(task_env.spec.init_states[4]), 4)
         assert not np.allclose(other - task_env.spec.init_states[4], one)  # each state id has its own draw
+    finally:
+        env.close()
+
+
+def test_dynamics_axes_scale_friction_and_the_objects_masses_not_the_state(nominal):
+    env = make_env(_cfg(randomize=RandomizeConfig(friction=2, mass=2, exact=True)))
+    try:
+        obs = env.reset_to(STATE)
+        assert torch.equal(obs["state"], nominal.reset_to(STATE)["state"])
+        model, clean = _task_env(env)._model, _task_env(nominal)._model
+        friction = np.log(model.geom_friction[:, 0] / clean.geom_friction[:, 0]) / np.log(1.3)
+        np.testing.assert_allclose(np.abs(friction), 2)  # every geom, one sign
+        assert np.ptp(friction) < 1e-9
+        movable = movable_bodies(model)
+        assert len(movable) >= 5  # the bowls, the cookie box, the ramekin and the plate, and their parts
+        scaled = np.log(model.body_mass[movable] / clean.body_mass[movable]) / np.log(1.6)
+        np.testing.assert_allclose(np.abs(scaled), 2)
+        others = np.setdiff1d(np.arange(model.nbody), movable)  # the robot and the fixtures
+        np.testing.assert_array_equal(model.body_mass[others], clean.body_mass[others])
+        assert np.isclose(model.body_subtreemass[0], model.body_mass.sum())  # derived constants follow
+        assert torch.isfinite(env.step(torch.zeros(1, 2, 7)).obs["state"]).all()
     finally:
         env.close()
 

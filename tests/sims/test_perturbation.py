@@ -32,7 +32,7 @@ def test_every_axis_is_a_config_field_in_table_order():
         (["env.physics_backend=warp", "env.randomize.friction=1"], "need env.physics_backend=mujoco"),
         (["env.randomize.friction=9"], "env.randomize.friction=9.0 must be in [0, 5.0]"),
         (["env.randomize.instruction=1", "env.randomize.conflict=1"], "set one of conflict and instruction"),
-        (["env.suite=libero-spatial", "env.randomize.mass=1"], "mass does not apply to libero-spatial"),
+        (["env.suite=libero-spatial", "env.randomize.gains=1"], "gains does not apply to libero-spatial"),
         (["env.suite=libero-goal-task", "env.randomize.instruction=1"], "not libero-goal-task's"),
         (["env.suite=libero-90", "env.randomize.instruction=1"], "paraphrases, not libero-90's"),
         (["env.suite=libero-goal", "env.randomize.lighting=1"], "lighting changes images"),
@@ -56,3 +56,4 @@ def test_libero_suites_take_their_axes_and_name_what_a_unit_does_there():
     assert axis_unit("spawn", "libero-goal").startswith("each movable object moved 2 cm")
     assert axis_unit("spawn", "tabletop-lang") == AXES["spawn"].unit
     assert axis_unit("camera", "libero-goal") == AXES["camera"].unit
+    assert axis_unit("mass", "libero-goal") == "each movable object's mass and inertia x/÷ 1.6"
