@@ -82,14 +82,16 @@ class ClassifierReward:
         return transitions
 
     def end_on_success(self, env: VecEnv, res: StepResult) -> StepResult:
-        """With terminate_on_success: episodes the classifier calls done end, and their envs restart from
-        random initial states (seeded)."""
-        ended = (res.success & ~res.done).nonzero().flatten() if self.terminate else None
-        if ended is None or not len(ended):
+        """With terminate_on_success: episodes the classifier calls done end (terminated, no bootstrap, also
+        where the time limit truncated them at the same step), and their envs restart from random initial
+        states (seeded); those the time limit ended have restarted already."""
+        if not self.terminate or not res.success.any():
             return res
-        states = torch.randint(env.num_init_states, (len(ended),), generator=self.restarts)
-        obs = res.obs.clone()
-        obs[ended] = env.reset_to(states, ended)[ended]
+        obs, ended = res.obs, (res.success & ~res.done).nonzero().flatten()
+        if len(ended):
+            states = torch.randint(env.num_init_states, (len(ended),), generator=self.restarts)
+            obs = res.obs.clone()
+            obs[ended] = env.reset_to(states, ended)[ended]
         return res.with_fields(obs=obs, terminated=res.terminated | res.success)
 
     def pop_metrics(self) -> dict[str, float]:

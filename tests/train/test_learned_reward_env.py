@@ -61,6 +61,31 @@ def test_terminate_on_success_ends_and_restarts_the_episode():
         assert not torch.equal(res.obs["state"][1], obs["state"][1])  # the others moved on
 
 
+class SucceedsAtCall:
+    """A stand-in classifier that calls every observation a success at its `call`-th use only."""
+
+    spec = EnvZeroSucceeds.spec
+
+    def __init__(self, call: int) -> None:
+        self.call, self.calls = call, 0
+
+    def probability(self, obs):
+        self.calls += 1
+        return torch.full((obs.batch_size[0],), 0.9 if self.calls == self.call else 0.1)
+
+
+def test_a_success_at_the_time_limit_is_a_termination():
+    # the classifier fires on the step where the time limit ends the episode: a reward of 1 that must not
+    # bootstrap from the next episode's start
+    limit = ENV.max_episode_steps
+    with LearnedRewardEnv(ENV, EngineConfig(), SucceedsAtCall(limit), 0.5, True) as env:
+        env.reset_to(torch.arange(3))
+        for _ in range(limit):
+            res = env.step(torch.zeros(3, 1, 7))
+        assert res.truncated.all() and res.success.all()
+        assert res.terminated.all()
+
+
 def test_simulator_success_no_longer_ends_episodes():
     with _env(terminate=False) as env:
         assert env.env_cfg.terminate_on_success is False
