@@ -24,6 +24,7 @@ from embodrl.data.replay_buffer import ReplayBuffer, demo_transitions, mixed_bat
 from embodrl.engine.episode_tracker import EpisodeTracker
 from embodrl.errors import ConfigError, UserError
 from embodrl.parallel.distributed import launched_by_torchrun
+from embodrl.sims.base import StepResult
 from embodrl.sims.interventions import ScriptedIntervener
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
@@ -195,7 +196,7 @@ class OffPolicyRunner(Runner):
                 self.intervener.end_episodes(result.done)
             self.env_steps += int(result.steps_executed.sum())
             obs = result.obs
-            stored = self.algo.stored_obs(obs) if result.done.any() else stored_next
+            stored = self._stored_next_decision(result, stored_next)
             for key, value in zip(
                 record, (result.reward, result.steps_executed, result.done, result.success), strict=True
             ):
@@ -228,6 +229,16 @@ class OffPolicyRunner(Runner):
             }
         )
         return metrics
+
+    def _stored_next_decision(self, result: StepResult, stored_next: TensorDict) -> TensorDict:
+        """The stored form of the observations the next decision starts from: `stored_next` where the episode
+        goes on, the frozen features computed only for the envs that restarted (not for all N)."""
+        restarted = result.done.nonzero().flatten()
+        if not len(restarted):
+            return stored_next
+        stored = stored_next.clone()
+        stored[restarted] = self.algo.stored_obs(result.obs[restarted])
+        return stored
 
     def evaluate(self, record: int = 0, video_dir: Path | None = None) -> dict[str, float]:
         """Deterministic policy on a fixed set of initial states (ids 0..eval_episodes-1)."""

@@ -87,6 +87,30 @@ def test_classifier_reward_cached_features_interventions_and_an_exact_resume(tmp
     assert load_trainer_state(split / LAST)["demos"]["size"] == len(runner.demos)
 
 
+class EnvZeroSucceeds:
+    """A stand-in classifier that calls env 0's observations a success, the others' never."""
+
+    spec = AlwaysSuccess.spec
+
+    def probability(self, obs):
+        return torch.tensor([0.9] + [0.1] * (obs.batch_size[0] - 1))
+
+
+def test_frozen_features_are_computed_again_only_for_the_envs_that_restart(tmp_path, monkeypatch):
+    monkeypatch.setattr(learned_reward_env, "load_classifier", lambda path, device: EnvZeroSucceeds())
+    runner = OffPolicyRunner(tiny(1, "reward.terminate_on_success=true"), tmp_path)
+    rows, stored_obs = [], runner.algo.stored_obs
+    monkeypatch.setattr(runner.algo, "stored_obs", lambda obs: rows.append(len(obs)) or stored_obs(obs))
+    runner._iterate()
+    # the reset, then per decision both envs' next observations and env 0's restart; at the time limit both
+    assert rows == [2, 2, 1, 2, 1, 2, 2]
+    data = runner.buffer.data[: len(runner.buffer)]  # rows 2t (env 0) and 2t + 1 (env 1) per decision t
+    for key in ("rgb", "state"):
+        obs, following = data["obs", key], data["next_obs", key]
+        assert torch.equal(obs[3::2], following[1:-2:2])  # env 1 goes on from where it was
+        assert not torch.equal(obs[2::2], following[0:-2:2])  # env 0 starts over each decision
+
+
 def test_interventions_refused_where_they_cannot_apply(tmp_path):
     with pytest.raises(UserError, match="chunk_size=1") as error:
         OffPolicyRunner(tiny(1, "policy.chunk_size=2"), tmp_path)
