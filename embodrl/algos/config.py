@@ -80,6 +80,10 @@ class AlgoConfig:
     tau: float = 0.005  # Polyak averaging of the target critics
     init_temperature: float = 1.0
     target_entropy: float | None = None  # None: -(chunk_size * action_dim), i.e. -|A|
+    # the largest return any state can earn (1 for a 0/1 success reward that ends the episode): critic
+    # targets are clipped to it, so the actor's overestimates cannot compound through bootstrapping
+    # (up to their per-step size / (1 - gamma)); None: no clip
+    q_max: float | None = None
     # A LeRobot dataset of demonstrations (folder or repo id in LeRobot's cache) held in a demo buffer;
     # each batch then takes `demo_ratio` of its transitions from it (RLPD's symmetric sampling: 0.5)
     demo_dataset: str | None = None

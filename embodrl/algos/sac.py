@@ -195,13 +195,14 @@ class SAC:
 
     def critic_target(self, batch: TensorDict, generator: torch.Generator) -> torch.Tensor:
         """r + gamma (1 - terminated) (min over a random subset of target Q(s', a') - alpha log pi(a'|s')),
-        a' drawn from the policy [B]."""
+        a' drawn from the policy [B]; at most `algo.q_max` when it is set."""
         with torch.no_grad():
             next_action, next_logprob = self.sample_actions(batch["next_obs"])
             subset = torch.randperm(self.cfg.num_critics, generator=generator)[: self.cfg.critic_subset]
             next_q = self.target(*self.critic_inputs(batch["next_obs"], next_action))[subset].min(0).values
             soft_value = next_q - self.temperature * next_logprob
-            return batch["reward"] + self.cfg.gamma * (~batch["terminated"]).float() * soft_value
+            target = batch["reward"] + self.cfg.gamma * (~batch["terminated"]).float() * soft_value
+            return target if self.cfg.q_max is None else target.clamp(max=self.cfg.q_max)
 
     def critic_step(self, batch: TensorDict, generator: torch.Generator) -> dict[str, float]:
         target = self.critic_target(batch, generator)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -83,6 +84,23 @@ def test_target_is_reward_plus_discounted_soft_min_of_a_random_subset():
     torch.testing.assert_close(target, expected)
     torch.testing.assert_close(target[[0, 2]], data["reward"][[0, 2]])  # an end bootstraps nothing
     assert not (q[subset].min(0).values == q.min(0).values).all()  # a pair, not all critics
+
+
+def test_q_max_clips_the_targets_that_bootstrap_above_it():
+    data = batch(terminated=[True, True, False, False, False, False])
+    data["reward"] = torch.tensor([0.5, 1.0, 0.0, 0.0, 0.0, 0.0])
+    algo = sac()
+    with torch.no_grad():  # critics that overestimate by far: every Q(s', a') is 10
+        algo.target.ensemble.net[-1].weight.zero_()
+        algo.target.ensemble.net[-1].bias.fill_(10.0)
+    torch.manual_seed(0)
+    unclipped = algo.critic_target(data, torch.Generator().manual_seed(0))
+    algo.cfg = dataclasses.replace(algo.cfg, q_max=1.0)
+    torch.manual_seed(0)
+    clipped = algo.critic_target(data, torch.Generator().manual_seed(0))
+    assert unclipped[2:].min() > 5
+    torch.testing.assert_close(clipped, unclipped.clamp(max=1.0))
+    assert clipped[:2].tolist() == [0.5, 1.0]  # what does not exceed q_max stays
 
 
 def test_critic_step_lowers_the_loss_and_moves_the_targets_by_tau():
