@@ -187,6 +187,12 @@ _NOT_FROM_CHECKPOINT = (
 )
 
 
+def rollout_settings(family_cfg: object) -> tuple[str, ...]:
+    """The fields of a family's config that say how rollouts sample (`ROLLOUT_SETTINGS`): like the
+    fine-tuning settings, the experiment's values apply to a checkpoint loaded with `init_from`."""
+    return getattr(type(family_cfg), "ROLLOUT_SETTINGS", ())
+
+
 def overridden_by_checkpoint(experiment: PolicyConfig, checkpoint: PolicyConfig) -> list[str]:
     """The experiment's policy settings that a checkpoint loaded with `init_from` replaces with its own,
     as "key=experiment value (checkpoint: value)": the shared fields and the checkpoint family's."""
@@ -200,6 +206,7 @@ def overridden_by_checkpoint(experiment: PolicyConfig, checkpoint: PolicyConfig)
                 f"{f.name}.{sub.name}={getattr(ours, sub.name)} (checkpoint: {getattr(theirs, sub.name)})"
                 for sub in dataclasses.fields(ours)
                 if getattr(ours, sub.name) != getattr(theirs, sub.name)
+                and sub.name not in rollout_settings(ours)
             ]
         elif ours != theirs:
             differences.append(f"{f.name}={ours} (checkpoint: {theirs})")

@@ -1,7 +1,7 @@
 """Fine-tuning settings applied to a built or loaded policy: full / LoRA / frozen per module group (with the
 frozen-VLM shortcut `policy.train_expert_only`, pi_RL's recipe) and activation checkpointing of the
-`transformers` towers (`policy.gradient_checkpointing`), and how RL groups the log-probs
-(`policy.logprob_type`).
+`transformers` towers (`policy.gradient_checkpointing`), how RL groups the log-probs
+(`policy.logprob_type`) and how rollouts sample (a family's ROLLOUT_SETTINGS, e.g. the token temperature).
 
 They are training settings, read from the experiment config also when the policy comes from
 `policy.init_from`, and recorded in the policy's config so its checkpoints say how it was trained.
@@ -14,7 +14,7 @@ import dataclasses
 from torch import nn
 
 from embodrl.errors import UserError
-from embodrl.policies.config import PolicyConfig
+from embodrl.policies.config import PolicyConfig, rollout_settings
 from embodrl.policies.lora import VLM_STATE_INPUT_PREFIXES, apply_lora, group_of
 
 VLM_GROUPS = ("vision", "language")
@@ -44,6 +44,11 @@ def prepare_finetuning(policy: nn.Module, cfg: PolicyConfig) -> nn.Module:
         logprob_type=cfg.logprob_type,
         sft_aux_weight=cfg.sft_aux_weight,
     )
+    family = policy.cfg.family
+    own, wanted = getattr(policy.cfg, family), getattr(cfg, family)
+    sampling = {name: getattr(wanted, name) for name in rollout_settings(own)}
+    if sampling:
+        policy.cfg = dataclasses.replace(policy.cfg, **{family: dataclasses.replace(own, **sampling)})
     return policy
 
 

@@ -1,6 +1,7 @@
 """Autoregressive (token) family configuration (torch-free; nested in PolicyConfig as `autoregressive`)."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from embodrl.choices import check_choice, check_positive
 from embodrl.errors import ConfigError
@@ -12,6 +13,10 @@ CONDITIONINGS = ("vla", "mlp")
 @dataclass
 class AutoregressiveConfig:
     """How action tokens are decoded and sampled (OpenVLA and OpenVLA-OFT; docs/algorithms.md)."""
+
+    # How rollouts sample, not what the weights learned: a run's own values apply to a checkpoint it
+    # loads with policy.init_from (RL often explores at another temperature than SFT's).
+    ROLLOUT_SETTINGS: ClassVar[tuple[str, ...]] = ("temperature", "top_k")
 
     # "vla": tokens from the VLA's language model (OpenVLA / OpenVLA-OFT). "mlp": an MLP on the observation
     # encoder's features emits the logits of all C*A tokens at once (decoding=parallel): the same token

@@ -9,6 +9,7 @@ from embodrl.policies.autoregressive.action_tokenizer import NUM_ACTION_TOKENS, 
 from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
 from embodrl.policies.autoregressive.modeling import entropy, processed_log_probs
 from embodrl.policies.config import PolicyConfig
+from embodrl.policies.finetune import prepare_finetuning
 from embodrl.policies.loading import load_policy
 from embodrl.policies.registry import make_policy
 from tests.policies.vla_testing import INSTRUCTIONS, LOGPROB_SHAPES, A, C, N, S, build, make_obs
@@ -67,6 +68,15 @@ def test_deterministic_act_is_repeatable_and_changes_with_the_instruction():
     assert torch.equal(first.actions, second.actions)
     obs["instruction"] = ["stack the green cube"] * N
     assert not torch.equal(policy.prefix_encoder(obs).embeds, policy.prefix_encoder(make_obs()).embeds)
+
+
+def test_a_run_samples_a_loaded_checkpoint_at_its_own_temperature(tmp_path):
+    build("autoregressive", autoregressive={"decoding": "parallel"}).save_pretrained(tmp_path)
+    run = PolicyConfig(family="autoregressive", autoregressive=AutoregressiveConfig(temperature=1.5, top_k=9))
+    policy = prepare_finetuning(load_policy(tmp_path), run)
+    assert policy.cfg.autoregressive.decoding == "parallel"  # the checkpoint's architecture stays
+    replay = policy.act(make_obs()).replay
+    assert (replay["temperature"] == 1.5).all() and (replay["top_k"] == 9).all()
 
 
 @pytest.mark.parametrize("decoding", ["sequential", "parallel"])

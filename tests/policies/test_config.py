@@ -6,6 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from embodrl.errors import ConfigError
+from embodrl.policies.autoregressive.configuration import AutoregressiveConfig
 from embodrl.policies.config import FAMILIES, PolicyConfig, overridden_by_checkpoint
 from embodrl.policies.diffusion.configuration import DiffusionConfig
 from embodrl.policies.flow.configuration import FlowConfig
@@ -76,3 +77,7 @@ def test_a_checkpoints_overridden_settings_are_its_top_level_and_own_family_fiel
         "flow.likelihood=sde (checkpoint: noise)",
     ]
     assert overridden_by_checkpoint(checkpoint, checkpoint) == []
+    # how rollouts sample is the run's to choose: not replaced by the checkpoint's
+    tokens = PolicyConfig(family="autoregressive")
+    hotter = PolicyConfig(family="autoregressive", autoregressive=AutoregressiveConfig(temperature=1.5))
+    assert overridden_by_checkpoint(hotter, tokens) == []
