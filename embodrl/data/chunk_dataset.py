@@ -19,7 +19,9 @@ class ActionChunkDataset(Dataset):
 
     Like LeRobot's delta_timestamps, steps past the episode end repeat the last action and are
     flagged in `action_is_pad`. Images are uint8 [H, W, 3]. With `instruction_table` (the env's),
-    samples also carry `task_id`, the index of their instruction in that table.
+    samples also carry `task_id`, the index of their instruction in that table; with `episodes` (those
+    whose samples will be read) only their instructions must be the env's (replaying one task of a
+    multi-task dataset in an env built for that task).
     `key_map` overrides which dataset feature feeds an obs key (e.g. {"rgb": "observation.images.top"}).
     """
 
@@ -32,6 +34,7 @@ class ActionChunkDataset(Dataset):
         instruction_table: Sequence[str] | None = None,
         key_map: Mapping[str, str] | None = None,
         preload_images: bool = True,
+        episodes: Sequence[int] | None = None,
     ):
         if chunk_size <= 0:
             raise UserError(f"chunk_size must be > 0, got {chunk_size}")
@@ -65,10 +68,12 @@ class ActionChunkDataset(Dataset):
         self.task_id = None
         if instruction_table is not None:
             table = {text: i for i, text in enumerate(instruction_table)}
-            unknown = sorted(set(dataset.tasks) - set(table))
+            read = self.task_index if episodes is None else self.task_index[np.isin(episode, episodes)]
+            unknown = sorted({dataset.tasks[i] for i in np.unique(read)} - set(table))
             if unknown:
                 raise UserError(f"dataset tasks {unknown[:3]} are not instructions of this env")
-            self.task_id = np.asarray([table[t] for t in dataset.tasks], dtype=np.int64)[self.task_index]
+            ids = [table.get(t, -1) for t in dataset.tasks]  # -1: an episode that is never read
+            self.task_id = np.asarray(ids, dtype=np.int64)[self.task_index]
         self.images: dict[str, np.ndarray] = {}
         if preload_images:
             for key in self.obs_keys:

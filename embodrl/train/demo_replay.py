@@ -87,6 +87,7 @@ def replay_demos(
         obs_keys=keys + (["state"] if has_state else []),
         action_dim=cfg.action_dim,
         instruction_table=env.instruction_table,
+        episodes=episodes,
     )
     cameras = [k for k in keys if k in IMAGE_KEYS]
     sums = {"env": 0.0, "dataset": 0.0, "gap": 0.0, "camera": 0.0}

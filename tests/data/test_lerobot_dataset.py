@@ -282,6 +282,11 @@ def test_task_ids_follow_the_env_instruction_table(written):
     assert [int(data[i]["task_id"]) for i in (0, 7, 19)] == [2, 0, 2]
     with pytest.raises(UserError, match="not instructions of this env"):
         ActionChunkDataset(LeRobotDataset(written[0]), 2, instruction_table=["press"])
+    # one task of a multi-task dataset: only the episodes read must be the env's
+    pushes = ActionChunkDataset(LeRobotDataset(written[0]), 2, instruction_table=["push"], episodes=[1])
+    assert int(pushes[7]["task_id"]) == 0
+    with pytest.raises(UserError, match=r"\['reach'\] are not instructions"):
+        ActionChunkDataset(LeRobotDataset(written[0]), 2, instruction_table=["push"], episodes=[1, 2])
 
 
 # ---- bad input ----------------------------------------------------------------------------------------
