@@ -70,15 +70,21 @@ class ClassifierReward:
         reward[torch.arange(len(reward)), last] = predicted.to(reward.dtype)
         return res.with_fields(reward=reward, success=predicted)
 
+    def terminated(self, own: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
+        """Where episodes end without bootstrapping: where the env itself terminated them (a time limit only
+        truncates, so those keep bootstrapping) or, with terminate_on_success, the classifier predicts
+        success."""
+        return own | (predicted & self.terminate)
+
     def relabel_transitions(self, transitions: TensorDict) -> TensorDict:
         """Transitions [B] as an actor sent them (raw observations) with the classifier's sparse reward on
-        `next_obs`: 1 where it predicts success, and there terminated with terminate_on_success (else
-        never); the actor's own reward > 0 is the flag its counts compare with (a simulator's sparse
-        reward, a robot's task done)."""
+        `next_obs`: 1 where it predicts success; terminated where the actor's episode really ended or, with
+        terminate_on_success, at that success (`terminated`). The actor's own reward > 0 is the flag its
+        counts compare with (a simulator's sparse reward, a robot's task done)."""
         sent = transitions["reward"] > 0
         predicted = self.judge(transitions["next_obs"], sent, torch.ones_like(sent))
         transitions["reward"] = predicted.to(transitions["reward"].dtype)
-        transitions["terminated"] = predicted & self.terminate
+        transitions["terminated"] = self.terminated(transitions["terminated"], predicted)
         return transitions
 
     def end_on_success(self, env: VecEnv, res: StepResult) -> StepResult:
@@ -92,7 +98,7 @@ class ClassifierReward:
             states = torch.randint(env.num_init_states, (len(ended),), generator=self.restarts)
             obs = res.obs.clone()
             obs[ended] = env.reset_to(states, ended)[ended]
-        return res.with_fields(obs=obs, terminated=res.terminated | res.success)
+        return res.with_fields(obs=obs, terminated=self.terminated(res.terminated, res.success))
 
     def pop_metrics(self) -> dict[str, float]:
         """Since the last call: how often the classifier predicted success, how often the simulator had
