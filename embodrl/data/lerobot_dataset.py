@@ -168,7 +168,9 @@ class LeRobotDataset:
                 chunk_index=self.episodes[col + "chunk_index"][episode],
                 file_index=self.episodes[col + "file_index"][episode],
             )
-            times = self.episodes[col + "from_timestamp"][episode] + self._columns["timestamp"][start:stop]
+            times = video_times(
+                self.episodes[col + "from_timestamp"][episode], self._columns["timestamp"][start:stop]
+            )
             frames = decode_frames(path, times, self.tolerance_s)
         self._cache[(key, episode)] = frames
         if len(self._cache) > self._cache_size:
@@ -197,6 +199,13 @@ class LeRobotDataset:
             out[key] = self.camera_frames(key, episode)
         out["task"] = self.tasks[int(self._columns["task_index"][start])]
         return out
+
+
+def video_times(from_timestamp: float, timestamps: np.ndarray) -> np.ndarray:
+    """Where an episode's frames sit in its video file, in float64 seconds: the float32 frame timestamps
+    added to a Python float stay float32, whose spacing passes the decoder's 1e-4 s tolerance once a
+    video file holds more than 2048 s of episodes."""
+    return float(from_timestamp) + np.asarray(timestamps, dtype=np.float64)
 
 
 def _decode_image(value: dict) -> np.ndarray:

@@ -14,7 +14,7 @@ import torch
 
 from embodrl.data import lerobot_format
 from embodrl.data.chunk_dataset import ActionChunkDataset, collate_chunks
-from embodrl.data.lerobot_dataset import LeRobotDataset, LeRobotDatasetWriter
+from embodrl.data.lerobot_dataset import LeRobotDataset, LeRobotDatasetWriter, video_times
 from embodrl.errors import UserError
 
 FPS = 10
@@ -420,3 +420,14 @@ def test_a_repo_id_is_found_in_lerobots_cache_and_a_missing_one_says_where_it_lo
     assert LeRobotDataset("someone/reach_demos").num_episodes == LeRobotDataset(written[0]).num_episodes
     with pytest.raises(UserError, match=r"someone/other not found: no folder .* nor .*home/someone/other"):
         LeRobotDataset("someone/other")
+
+
+def test_video_times_keep_their_precision_past_2048_seconds_into_a_file():
+    # float32 frame timestamps plus a Python float stay float32 (spacing 2.4e-4 s past 2048 s), which
+    # the decoder's 1e-4 s tolerance rejected: a 1,200-episode collection could not be read back
+    timestamps = np.arange(22, dtype=np.float32) * np.float32(0.05)
+    naive = 2048.6 + timestamps
+    exact = 2048.6 + np.arange(22) * 0.05
+    assert naive.dtype == np.float32 and np.abs(naive - exact).max() > 1e-4
+    times = video_times(2048.6, timestamps)
+    assert times.dtype == np.float64 and np.abs(times - exact).max() < 1e-6
