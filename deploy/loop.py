@@ -48,6 +48,11 @@ class EpisodeStats:
     loop_ms_p50: float = 0.0
     safety: dict[str, int] = field(default_factory=dict)
 
+    @property
+    def intervention_rate(self) -> float:
+        """The share of the episode's steps a human (teleop) drove."""
+        return self.teleop_steps / max(self.steps, 1)
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -81,7 +81,7 @@ def episode_outcome(stats: EpisodeStats, reward: float) -> dict[str, float]:
         "return": reward,
         "length": float(stats.steps),
         "success": float(stats.success),
-        "intervention_rate": stats.teleop_steps / max(stats.steps, 1),
+        "intervention_rate": stats.intervention_rate,
         **{name: float(count) for name, count in stats.safety.items()},
     }
 
@@ -93,7 +93,7 @@ def episode_line(number: int, stats: EpisodeStats, version: int) -> str:
     ended = "success" if stats.success else stats.stop_reason
     return (
         f"episode {number}: {stats.steps} steps, {ended}, intervention rate "
-        f"{stats.teleop_steps / max(stats.steps, 1):.0%}, safety: {counts}; loop {stats.loop_ms_p50:.1f} ms "
+        f"{stats.intervention_rate:.0%}, safety: {counts}; loop {stats.loop_ms_p50:.1f} ms "
         f"(p50), {stats.late_ticks} late, {stats.starved_steps} without an action; weights v{version}"
     )
 
