@@ -4,7 +4,8 @@ Checks that the folder reads, that info.json, the episodes table and the data ag
 frame ranges, per-episode frame and episode indices, task ids), that stats cover every numeric feature,
 and (unless quick) that every episode's video decodes. Repairs: an interrupted consolidation is carried
 through or dropped (as any reader does), leftover `*.tmp` files are removed, and data or video files of
-an episode that a kill left unlisted are removed.
+an episode that a kill left unlisted are removed, and info.json and stats.json that a kill left one
+episode behind the episodes table are rewritten from it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ import pyarrow.parquet as pq
 
 from embodrl.data import lerobot_format as fmt
 from embodrl.data.lerobot_dataset import LeRobotDataset, locate_dataset
-from embodrl.data.lerobot_writer import complete_finalize
+from embodrl.data.lerobot_writer import (
+    LeRobotDatasetWriter,
+    complete_finalize,
+    is_consolidated,
+    read_episode_rows,
+)
 from embodrl.errors import UserError
 
 
@@ -79,6 +85,13 @@ def check_dataset(root: str | Path, repair: bool = False, quick: bool = False) -
         report, root, orphans, repair, "file(s) of an episode cut short, not listed (ignored on read)"
     )
     info = ds.info
+    behind = (info.get("total_episodes"), info.get("total_frames")) != (ds.num_episodes, ds.num_frames)
+    if behind and repair and not is_consolidated(read_episode_rows(root)):
+        # a kill between the episodes table and info.json: the table and its data files are the truth
+        LeRobotDatasetWriter.reopen(root).rewrite_meta()
+        report.repaired.append("rewrote info.json and stats.json from the episodes table")
+        ds = LeRobotDataset(root)
+        info = ds.info
     if info.get("total_episodes") != ds.num_episodes:
         report.problems.append(
             f"info.json says {info.get('total_episodes')} episodes, the table {ds.num_episodes}"

@@ -318,12 +318,18 @@ class LeRobotDatasetWriter:
         }
 
     def _write_meta(self) -> None:
-        """Episodes table, then stats, then info: each file is replaced atomically."""
+        """Episodes table, then stats, then info: each file is replaced atomically (a kill between them
+        leaves stats and info one episode behind the table; `rewrite_meta` brings them level)."""
         if self._episode_rows:
             episodes = pa.concat_tables(self._episode_rows, promote_options="default")
             fmt.write_parquet_atomic(self.root / fmt.EPISODES_PATH.format(**fmt.chunk_file(0)), episodes)
             fmt.write_json_atomic(self.root / fmt.STATS_PATH, fmt.stats_to_json(self._stats()))
         fmt.write_json_atomic(self.root / fmt.INFO_PATH, self._info())
+
+    def rewrite_meta(self) -> None:
+        """Rewrite stats and info.json from the episodes table, e.g. after a kill between their writes."""
+        self._check_open()
+        self._write_meta()
 
     # ---- consolidation -------------------------------------------------------------------------------
     def finalize(self) -> None:

@@ -45,6 +45,30 @@ def test_an_episode_cut_short_by_a_kill_and_tmp_files_are_named_then_repaired(tm
     assert check_dataset(root).ok and LeRobotDataset(root).num_episodes == 2
 
 
+def test_info_left_behind_the_table_by_a_kill_is_named_then_rewritten(tmp_path, monkeypatch):
+    import embodrl.data.lerobot_writer as writer_module
+
+    root = tmp_path / "ds"
+    writer = _write(root, 2, finalize=False)
+    real_write_json = writer_module.fmt.write_json_atomic
+
+    def killed_before_info(path, payload):
+        if path.name == "info.json":
+            raise KeyboardInterrupt()
+        real_write_json(path, payload)
+
+    monkeypatch.setattr(writer_module.fmt, "write_json_atomic", killed_before_info)
+    with pytest.raises(KeyboardInterrupt):  # the table lists the third episode, info.json does not
+        writer.add_episode(_episode(9, 7), "reach")
+    monkeypatch.undo()
+    report = check_dataset(root)
+    assert any("info.json says 2 episodes, the table 3" in p for p in report.problems)
+    repaired = check_dataset(root, repair=True)
+    assert repaired.ok and repaired.repaired == ["rewrote info.json and stats.json from the episodes table"]
+    ds = LeRobotDataset(root)
+    assert (ds.info["total_episodes"], ds.info["total_frames"]) == (3, 5 + 6 + 9)
+
+
 def test_a_damaged_video_is_named(tmp_path):
     root = tmp_path / "ds"
     _write(root)
