@@ -116,6 +116,12 @@ def cmd_train(args: argparse.Namespace) -> None:
     print(f"learning curve: {run_dir / 'learning_curve.png'}{videos}")
 
 
+def cmd_pretrain(args: argparse.Namespace) -> None:
+    if not args.resume:  # a resumed run keeps the source in its saved config
+        args.config = [*args.config, "sft.source=expert"]
+    cmd_sft(args)
+
+
 def cmd_sft(args: argparse.Namespace) -> None:
     from embodrl.train.sft_runner import SFTRunner
 
@@ -609,6 +615,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_experiment_arguments(p, resume=True)
     p.set_defaults(func=cmd_sft)
+
+    p = sub.add_parser(
+        "pretrain",
+        help="SFT on the scripted expert played live over endless new scenes: a base for few-shot SFT",
+        description="Pretraining on simulated data: `embodrl sft` whose samples come from the env's scripted "
+        "expert playing initial states no evaluation or collected demo uses (sft.stream_first_state_id on), "
+        "instead of a dataset. Successful episodes become action-chunk samples in a pool of the latest "
+        "sft.stream_pool; each is drawn sft.stream_reuse times on average, so the policy sees many more "
+        "scenes than a collected dataset holds. With policy.sft_aux_keys=[privileged] it also regresses what "
+        "the simulator knows (the named object's pose, the goal, their offsets from the hand). The result is "
+        "a checkpoint for policy.init_from. " + OVERRIDES_HELP,
+    )
+    _add_experiment_arguments(p, resume=True)
+    p.set_defaults(func=cmd_pretrain)
 
     p = sub.add_parser(
         "eval",

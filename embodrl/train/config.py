@@ -55,9 +55,12 @@ class TrainConfig:
         check_positive("train.save_every", self.save_every)
 
 
+SFT_SOURCES = ("dataset", "expert")
+
+
 @dataclass
 class SFTConfig:
-    """Behaviour cloning from a LeRobotDataset v3 folder."""
+    """Behaviour cloning from a LeRobotDataset v3 folder, or from the scripted expert played live."""
 
     dataset: str = ""  # folder written by `embodrl collect` (or any LeRobotDataset v3)
     # Few-shot: train on the dataset's first k episodes only (`embodrl collect` writes tasks one after
@@ -82,9 +85,22 @@ class SFTConfig:
     # env=none (no simulator): episodes held out of training for the validation loss and action error;
     # the last ones of the dataset (-1: a tenth of them, at least one)
     val_episodes: int = -1
+    # Where samples come from: "dataset" (sft.dataset), or "expert": the env's scripted expert played live
+    # (`embodrl pretrain`), its successful episodes kept in a pool of the latest `stream_pool` samples,
+    # each drawn `stream_reuse` times on average, from the `stream_states` initial states that start at
+    # `stream_first_state_id` (by default between the evaluations' 0.. and `embodrl collect`'s 50000..)
+    source: str = "dataset"
+    stream_pool: int = 16384
+    stream_reuse: float = 2.0
+    stream_first_state_id: int = 1000
+    stream_states: int = 49000
 
     def __post_init__(self) -> None:
         check_choice("sft.precision", self.precision, PRECISIONS)
+        check_choice("sft.source", self.source, SFT_SOURCES)
+        for key in ("stream_pool", "stream_reuse", "stream_states"):
+            check_positive(f"sft.{key}", getattr(self, key))
+        check_positive("sft.stream_first_state_id", self.stream_first_state_id, allow_zero=True)
         if self.val_episodes < -1:
             raise ConfigError(f"sft.val_episodes={self.val_episodes}: give a count >= 0, or -1 for a tenth")
         for key in ("steps", "batch_size", "lr", "eval_episodes", "save_every", "max_grad_norm"):

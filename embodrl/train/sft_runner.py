@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
 from embodrl.train.memory import estimate_policy_memory
 from embodrl.train.policy_setup import PolicySpace, build_policy, build_policy_for
 from embodrl.train.runner import Runner, warn_unsaved
+from embodrl.train.simulated_demos import SimulatedDemos
 from embodrl.train.stopping import StopAtIterationEnd
 from embodrl.train.validation import held_out_episodes, validation_metrics
 
@@ -80,7 +82,7 @@ class SFTRunner(Runner):
     def __init__(self, cfg: ExperimentConfig, run_dir: Path, resume: bool = False) -> None:
         self.cfg, self.run_dir, sft = cfg, run_dir, cfg.sft
         resume = resume and self.resumable()
-        if not sft.dataset:
+        if sft.source == "dataset" and not sft.dataset:
             raise UserError("set sft.dataset=<folder written by `embodrl collect`>")
         if launched_by_torchrun():
             raise UserError(
@@ -90,8 +92,29 @@ class SFTRunner(Runner):
         if cfg.train.torch_threads:
             torch.set_num_threads(cfg.train.torch_threads)
         torch.manual_seed(cfg.seed)
-        dataset = LeRobotDataset(sft.dataset)
         self.val_frames: list[int] = []  # env=none: frames of the held-out episodes
+        self.stream: SimulatedDemos | None = None  # sft.source=expert: demos played live
+        if sft.source == "expert":
+            self._stream_expert(resume)
+        else:
+            self._read_dataset(resume)
+        print(estimate_policy_memory(self.policy, sft.batch_size, sft.precision).report(), flush=True)
+        trainable = [p for p in self.policy.parameters() if p.requires_grad]  # LoRA / frozen groups
+        self.optimizer = torch.optim.AdamW(trainable, lr=sft.lr, weight_decay=sft.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, warmup_cosine(sft.warmup_steps, sft.steps)
+        )
+        self.step = 0
+        self.pending_losses: list[float] = []  # since the last logged loss: a resume averages the same steps
+        # the best is chosen on success in the env; without one, the last checkpoint is the result
+        self.best = BestCheckpoint(run_dir) if sft.keep_best and self.env is not None else None
+        if resume:
+            self._restore()
+
+    def _read_dataset(self, resume: bool) -> None:
+        """Samples from the frames of sft.dataset (its first sft.max_episodes episodes)."""
+        cfg, sft = self.cfg, self.cfg.sft
+        dataset = LeRobotDataset(sft.dataset)
         if cfg.env.suite == NO_SIMULATOR:
             self.env = None
             cfg = self.cfg = critic_without_simulator(cfg)
@@ -116,8 +139,7 @@ class SFTRunner(Runner):
         self.chunks = chunks = ActionChunkDataset(
             dataset,
             self.policy.cfg.chunk_size,
-            # the actor's inputs and the auxiliary SFT targets
-            obs_keys=[k for k in self.policy.cfg.normalized_keys if k != "task_id"],
+            obs_keys=self._sample_keys(),
             action_dim=self.policy.cfg.action_dim,
             instruction_table=instructions,
             key_map=key_map,
@@ -126,22 +148,46 @@ class SFTRunner(Runner):
         if not resume and not cfg.policy.init_from:
             self.policy.set_normalization(chunks.normalization_stats())
         self.samples = Subset(chunks, frames.tolist())
-        print(estimate_policy_memory(self.policy, sft.batch_size, sft.precision).report(), flush=True)
-        trainable = [p for p in self.policy.parameters() if p.requires_grad]  # LoRA / frozen groups
-        self.optimizer = torch.optim.AdamW(trainable, lr=sft.lr, weight_decay=sft.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, warmup_cosine(sft.warmup_steps, sft.steps)
-        )
-        self.step = 0
-        self.pending_losses: list[float] = []  # since the last logged loss: a resume averages the same steps
-        # the best is chosen on success in the env; without one, the last checkpoint is the result
-        self.best = BestCheckpoint(run_dir) if sft.keep_best and self.env is not None else None
-        if resume:
-            self._restore()
 
-    def batches(self) -> DataLoader:
+    def _stream_expert(self, resume: bool) -> None:
+        """`embodrl pretrain`: samples of the scripted expert playing a second env of the run's config live
+        (the first env evaluates); the stream starts with the first batch, seeded by the step it starts at."""
+        cfg = self.cfg
+        if cfg.env.suite == NO_SIMULATOR:
+            raise UserError("sft.source=expert plays the scripted expert; it needs a simulator, not env=none")
+        self.env = make_env(cfg.env, device=cfg.device)
+        self.policy = build_policy(cfg, self.env)
+        self.num_samples = 0  # the stream counts its own
+        self.normalize_from_stream = not resume and not cfg.policy.init_from
+
+    def _start_stream(self) -> SimulatedDemos:
+        cfg, sft = self.cfg, self.cfg.sft
+        stream = SimulatedDemos(
+            make_env(cfg.env, device=cfg.device),
+            tuple(self._sample_keys()),
+            self.policy.cfg.chunk_size,
+            sft.stream_pool,
+            sft.stream_reuse,
+            sft.stream_first_state_id,
+            sft.stream_states,
+            seed=cfg.seed * 1_000_003 + self.step,
+        )
+        warm = min(sft.stream_pool, max(4 * sft.batch_size, 2048))
+        print(f"playing the scripted expert for a first {warm} samples ...", flush=True)
+        stream.fill(warm)
+        if self.normalize_from_stream:
+            self.policy.set_normalization(stream.normalization_stats())
+        return stream
+
+    def _sample_keys(self) -> list[str]:
+        """What a sample holds: the actor's inputs and the auxiliary SFT targets (task ids come apart)."""
+        return [k for k in self.policy.cfg.normalized_keys if k != "task_id"]
+
+    def batches(self) -> Iterator[TensorDict]:
         """Training batches from the current step on, endlessly; each epoch in a seeded order of its own, so
-        a resumed run draws the batches the uninterrupted one does."""
+        a resumed run draws the batches the uninterrupted one does (streamed demos: new scenes instead)."""
+        if self.cfg.sft.source == "expert":
+            return self._streamed_batches()
         sampler = ShuffledBatches(
             len(self.samples), self.cfg.sft.batch_size, self.cfg.seed, drop_last=True, first_step=self.step
         )
@@ -154,6 +200,13 @@ class SFTRunner(Runner):
             num_workers=self.cfg.sft.num_workers,
             generator=torch.Generator().manual_seed(self.cfg.seed),
         )
+
+    def _streamed_batches(self) -> Iterator[TensorDict]:
+        if self.stream is None:
+            self.stream = self._start_stream()
+        generator = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.step)
+        while True:
+            yield self.stream.batch(self.cfg.sft.batch_size, generator)
 
     def train_step(self, batch: TensorDict) -> float:
         """One optimizer step on `batch` (clipped gradients, scheduler advanced); returns the loss."""
@@ -196,6 +249,8 @@ class SFTRunner(Runner):
                             "sft/lr": self.scheduler.get_last_lr()[0],
                             "sft/samples_per_s": seen / max(elapsed, 1e-9),
                         }
+                        if self.stream is not None:  # how many scenes the expert played for this process
+                            metrics["sft/expert_episodes"] = self.stream.episodes
                         self.pending_losses, started, seen = [], time.perf_counter(), 0
                     if sft.eval_every and self.step % sft.eval_every == 0:
                         metrics.update(self.evaluate())
@@ -216,7 +271,7 @@ class SFTRunner(Runner):
                 else:
                     warn_unsaved(self.run_dir, "step", self.step + 1)
         if self.env is None:
-            summary = {"samples": self.num_samples, "steps": self.step, **self.evaluate()}
+            summary = {"samples": self.samples_seen, "steps": self.step, **self.evaluate()}
             return self.conclude(summary, self.step, {}, self.policy, 0)
         results = evaluate_policy(
             self.policy,
@@ -227,8 +282,13 @@ class SFTRunner(Runner):
             progress=True,
             seed=self.cfg.seed,
         )
-        summary = {"samples": self.num_samples, "steps": self.step, **summarize(results)}
+        summary = {"samples": self.samples_seen, "steps": self.step, **summarize(results)}
         return self.conclude(summary, self.step, eval_metrics(results), self.policy, sft.eval_episodes)
+
+    @property
+    def samples_seen(self) -> int:
+        """Training samples: the dataset's frames, or those the streamed expert made."""
+        return self.stream.samples_made if self.stream is not None else self.num_samples
 
     def evaluate(self) -> dict[str, float]:
         """Success in the env, or without one the validation loss and action error on held-out episodes

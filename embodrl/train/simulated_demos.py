@@ -1,0 +1,139 @@
+"""Scripted-expert demonstrations played live, for pretraining on more scenes than a dataset holds.
+
+`embodrl pretrain` draws its SFT batches from here instead of a LeRobotDataset: the env's scripted expert
+plays episodes from initial states that no evaluation or collected demo uses, every successful episode's
+frames become action-chunk samples (the same as `ActionChunkDataset` gives: observation, the next C
+expert actions, padding past the episode's end, task id and instruction), and batches are drawn from a
+pool of the most recent samples. The env steps just often enough that each sample is drawn
+`stream_reuse` times on average, so a long run sees tens of thousands of scenes, each only a few times.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from embodrl.data.lerobot_format import feature_stats
+from embodrl.errors import UserError
+from embodrl.obs_keys import INSTRUCTION, TASK_ID
+from embodrl.sims.base import VecEnv
+
+Step = tuple[dict[str, torch.Tensor], torch.Tensor]  # one env's observation and the expert's action
+
+
+class SimulatedDemos:
+    """Samples of the scripted expert's successful episodes in `env`, kept in a ring of `pool_size`.
+
+    `obs_keys`: the observations a sample holds (the policy's inputs and auxiliary targets); initial
+    states cycle through [first_state_id, first_state_id + num_states), from an offset set by `seed`.
+    """
+
+    def __init__(
+        self,
+        env: VecEnv,
+        obs_keys: tuple[str, ...],
+        chunk_size: int,
+        pool_size: int,
+        reuse: float,
+        first_state_id: int,
+        num_states: int,
+        seed: int,
+    ) -> None:
+        if first_state_id + num_states > env.num_init_states:
+            raise UserError(
+                f"sft.stream_first_state_id + sft.stream_states = {first_state_id + num_states} is past the "
+                f"env's {env.num_init_states} initial states"
+            )
+        missing = [k for k in obs_keys if k not in env.observation_spec]
+        if missing:
+            raise UserError(f"the env does not observe {missing}, which the policy reads")
+        self.env, self.obs_keys, self.chunk_size = env, tuple(obs_keys), chunk_size
+        self.pool_size, self.reuse = pool_size, reuse
+        self.first_state_id = first_state_id
+        self.num_states = num_states
+        self.rng = np.random.default_rng(seed)
+        self.next_state = int(self.rng.integers(self.num_states))
+        self.pool: dict[str, torch.Tensor] = {}
+        self.filled = self.cursor = 0
+        self.samples_made = self.samples_drawn = 0
+        self.episodes = self.failures = 0
+        # per env, the running episode's (observation, expert action) pairs
+        self.episode: list[list[Step]] = [[] for _ in range(env.num_envs)]
+        self.obs = self._start(list(range(env.num_envs)))
+
+    def _start(self, env_ids: list[int]) -> TensorDict:
+        ids = [self.first_state_id + (self.next_state + k) % self.num_states for k in range(len(env_ids))]
+        self.next_state = (self.next_state + len(env_ids)) % self.num_states
+        return self.env.reset_to(torch.tensor(ids), torch.tensor(env_ids))
+
+    # ---- filling -------------------------------------------------------------------------------------
+    def step(self) -> None:
+        """One expert step of every env; episodes that end successfully enter the pool."""
+        obs = self.obs
+        actions = self.env.expert_actions().float()  # [N, A]
+        keep = {k: obs[k].cpu() for k in (*self.obs_keys, TASK_ID) if k in obs.keys()}
+        for i, trace in enumerate(self.episode):
+            trace.append(({k: v[i] for k, v in keep.items()}, actions[i].cpu()))
+        result = self.env.step(actions[:, None, :])
+        done = result.done.cpu().nonzero().flatten().tolist()
+        for i in done:
+            if bool(result.success[i]):
+                self._add(self.episode[i])
+                self.episodes += 1
+            else:
+                self.failures += 1
+            self.episode[i] = []
+        self.obs = self._start(done) if done else result.obs
+
+    def _add(self, trace: list[Step]) -> None:
+        length = len(trace)
+        actions = torch.stack([a for _, a in trace])  # [T, A]
+        steps = torch.arange(length)[:, None] + torch.arange(self.chunk_size)  # [T, C]
+        samples = {k: torch.stack([o[k] for o, _ in trace]) for k in trace[0][0]}
+        samples["action"] = actions[steps.clamp(max=length - 1)]
+        samples["action_is_pad"] = steps >= length
+        if not self.pool:
+            self.pool = {
+                k: torch.zeros((self.pool_size, *v.shape[1:]), dtype=v.dtype) for k, v in samples.items()
+            }
+        for start in range(0, length, self.pool_size):
+            part = {k: v[start : start + self.pool_size] for k, v in samples.items()}
+            rows = (self.cursor + torch.arange(len(part["action"]))) % self.pool_size
+            for k, v in part.items():
+                self.pool[k][rows] = v
+            self.cursor = int(rows[-1] + 1) % self.pool_size
+            self.filled = min(self.pool_size, self.filled + len(rows))
+        self.samples_made += length
+
+    def fill(self, samples: int) -> None:
+        """Step until the pool holds `samples` (at most pool_size); raises if the expert never succeeds."""
+        samples = min(samples, self.pool_size)
+        while self.filled < samples:
+            self.step()
+            if self.failures > 100 and self.episodes == 0:
+                raise UserError("the scripted expert failed 100 episodes in a row; check the env settings")
+
+    # ---- reading -------------------------------------------------------------------------------------
+    def normalization_stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """Stats of the pool's action and vector observations, as `ActionChunkDataset.normalization_stats`."""
+        out = {}
+        for key, value in self.pool.items():
+            if key in ("action_is_pad", TASK_ID) or value.dtype == torch.uint8:
+                continue
+            rows = value[: self.filled]
+            if key == "action":
+                rows = rows[:, 0]  # each frame's own action
+            out[key] = feature_stats(rows.numpy())
+        return out
+
+    def batch(self, batch_size: int, generator: torch.Generator) -> TensorDict:
+        """A batch drawn from the pool, after stepping the env as often as `reuse` asks."""
+        self.samples_drawn += batch_size
+        while self.samples_made * self.reuse < self.samples_drawn:
+            self.step()
+        rows = torch.randint(self.filled, (batch_size,), generator=generator)
+        out = TensorDict({k: v[rows] for k, v in self.pool.items()}, batch_size=[batch_size])
+        if TASK_ID in out.keys():
+            out[INSTRUCTION] = self.env.instructions(out[TASK_ID])
+        return out
