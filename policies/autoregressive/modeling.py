@@ -6,6 +6,8 @@ tokens (logits from just those LM-head rows: the same as masking every other id,
 then apply temperature and top-k. Log-probs and entropy come from that same processed distribution.
 With `conditioning=mlp` an MLP on the observation encoder's features gives the C*A tokens' logits in
 one pass instead of the VLA (same bins, sampling, likelihood and replay).
+With `policy.cache_frozen_prefix`, OFT decoding and a frozen VLA, `act` stores the slots' hidden states
+in replay and `evaluate` applies the LM head's action rows to them, without running the VLA again.
 """
 
 from __future__ import annotations
@@ -104,6 +106,20 @@ class AutoregressivePolicy(VLAPolicy):
             torch.full((n,), acfg.top_k, dtype=torch.long, device=device),
         )
 
+    @property
+    def caches_slots(self) -> bool:
+        """policy.cache_frozen_prefix with OFT decoding on a frozen VLA: the zero slots and the stop token
+        add nothing that trains, so the slots' hidden states are a fixed function of the observation.
+        `act` stores them and the update runs only the LM head's action rows on them (the head stays in
+        the `action_head` LoRA group, untied from the frozen token embeddings). Learned `parallel` slots
+        train, so their pass is never cached."""
+        return (
+            self.cfg.cache_frozen_prefix
+            and self.decoding == "oft"
+            and self.prefix_encoder is not None
+            and self.prefix_encoder.frozen
+        )
+
     def _parallel_logits(
         self, obs: TensorDict, augment: bool = False, image_features: TensorDict | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -113,6 +129,25 @@ class AutoregressivePolicy(VLAPolicy):
         if self.encoder is not None:
             features = self.encoder(obs, augment=augment, image_features=image_features)
             return self.token_head(features).view(-1, self.num_slots, NUM_ACTION_TOKENS), features, None
+        slot_hidden, prefix_hidden, prefix_mask = self._slot_states(obs, augment)
+        return self.action_logits(slot_hidden), prefix_hidden, prefix_mask
+
+    def _logits_and_slot_cache(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """`caches_slots`' pass: action logits [N, C*A, 256], the pooled prefix features [N, 2H], and what
+        the update reads from replay instead: the slots' hidden states, and the pooled features when the
+        critic reads the actor's (no value encoder of its own)."""
+        slot_hidden, hidden, mask = self._slot_states(obs)
+        features = pool(hidden, mask)
+        cache = {"slot_hidden": slot_hidden}
+        if self.value_encoder is None:
+            cache["prefix_features"] = features
+        return self.action_logits(slot_hidden), features, cache
+
+    def _slot_states(
+        self, obs: TensorDict, augment: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The VLA's pass over prefix + slots: the hidden states [N, C*A, H] that predict the action
+        tokens, the prefix's hidden states [N, P, H] and its mask [N, P]."""
         prefix = self.prefix_encoder(obs, augment)
         n, p = prefix.mask.shape
         if self.decoding == "oft":
@@ -128,7 +163,7 @@ class AutoregressivePolicy(VLAPolicy):
             keys = torch.cat([prefix.mask, prefix.mask.new_ones(n, self.num_slots)], dim=1)
             mask, first = prefix_lm_mask(prefix.mask, self.num_slots), p
         hidden = self.backbone(embeds, mask, position_ids=positions_from_mask(keys)).last_hidden_state
-        return self.action_logits(hidden[:, first : first + self.num_slots]), hidden[:, :p], prefix.mask
+        return hidden[:, first : first + self.num_slots], hidden[:, :p], prefix.mask
 
     def _teacher_forced_logits(
         self, obs: TensorDict, index: torch.Tensor, augment: bool = False
@@ -153,8 +188,13 @@ class AutoregressivePolicy(VLAPolicy):
         n = obs.batch_size[0]
         temperature, top_k = self._sampling_params(n)
         image_features = self.encoder.frozen_image_features(obs) if self.encoder is not None else None
+        cache = {}
         if self.parallel:
-            logits, prefix_hidden, prefix_mask = self._parallel_logits(obs, image_features=image_features)
+            if self.caches_slots:
+                logits, prefix_hidden, cache = self._logits_and_slot_cache(obs)
+                prefix_mask = None  # already pooled
+            else:
+                logits, prefix_hidden, prefix_mask = self._parallel_logits(obs, image_features=image_features)
             log_probs = processed_log_probs(logits, temperature, top_k)  # [N, C*A, 256]
             index = self._pick(log_probs, deterministic)  # [N, C*A]
         else:
@@ -164,7 +204,7 @@ class AutoregressivePolicy(VLAPolicy):
         token_logprob = log_probs.gather(-1, index.unsqueeze(-1)).view(n, *self.chunk_shape)
         actions_norm = self.action_tokenizer.to_action(index).view(n, *self.chunk_shape)
         replay = TensorDict(
-            {"action_index": index, "temperature": temperature, "top_k": top_k}, batch_size=[n]
+            {"action_index": index, "temperature": temperature, "top_k": top_k, **cache}, batch_size=[n]
         )
         if image_features is not None:  # frozen CNNs: the update reads their features from here
             replay["image_features"] = image_features
@@ -215,9 +255,13 @@ class AutoregressivePolicy(VLAPolicy):
     def evaluate(self, obs: TensorDict, replay: TensorDict) -> EvalOut:
         check_replay(replay, REPLAY_KEYS, self.family)
         index = replay["action_index"]  # [N, C*A]
-        logits, prefix_hidden, prefix_mask = self._logits(
-            obs, index, image_features=replay.get("image_features", None)
-        )
+        if "slot_hidden" in replay.keys():  # cached by `act` (caches_slots)
+            logits = self.action_logits(replay["slot_hidden"])
+            prefix_hidden, prefix_mask = replay.get("prefix_features", None), None
+        else:
+            logits, prefix_hidden, prefix_mask = self._logits(
+                obs, index, image_features=replay.get("image_features", None)
+            )
         log_probs = processed_log_probs(logits, replay["temperature"], replay["top_k"])
         token_logprob = log_probs.gather(-1, index.unsqueeze(-1)).view(-1, *self.chunk_shape)
         return EvalOut(
