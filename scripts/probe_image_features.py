@@ -7,10 +7,15 @@ reports R^2 there and on another dataset (demos from initial states the policy n
 that has learned the scene scores high on the unseen demos; `--features pixels` and `--reinit` give
 the baselines of raw pixels and of the same architecture untrained. `--tower NAME` probes a pretrained
 tower's feature map (policy.vision.tower, cut after `--blocks`) as it comes, before any training.
+`--features condition` probes what a flow VLA's action expert is conditioned on (the prefix of image,
+proprioception and instruction, pooled): on a scene with distractors the target is the object the
+instruction names, so a high R^2 on unseen demos says the policy grounds its instruction.
 
     python scripts/probe_image_features.py RUN/checkpoints/last/policy --train data/pick_rgb50 \
         --test data/pick_rgb16_heldout
     python scripts/probe_image_features.py --tower efficientnet-lite0 --blocks 5 --train ... --test ...
+    python scripts/probe_image_features.py RUN/checkpoints/last/policy --features condition \
+        --train data/lang_pick50 --test data/lang_pick16_heldout
 """
 
 from __future__ import annotations
@@ -32,18 +37,30 @@ from embodrl.policies.vision_config import TOWERS, VisionConfig
 TARGETS = {"object x": 0, "object y": 1, "object-ee x": 10, "object-ee y": 11}
 
 
-def sample_frames(root: str, limit: int, image_key: str) -> tuple[ActionChunkDataset, np.ndarray]:
-    """The dataset's frames as chunks of one step, and up to `limit` frame indices (seeded subset)."""
+def sample_frames(
+    root: str, limit: int, image_key: str, policy=None
+) -> tuple[ActionChunkDataset, np.ndarray]:
+    """The dataset's frames as chunks of one step, and up to `limit` frame indices (seeded subset); with a
+    `policy`, each frame also holds its inputs (proprioception, the task id of its instruction)."""
     dataset = LeRobotDataset(root)
-    frames = ActionChunkDataset(dataset, 1, obs_keys=[image_key, "privileged"])
+    keys, table = [image_key, "privileged"], None
+    if policy is not None:
+        keys += [k for k in policy.cfg.normalized_keys if k not in (*keys, "task_id")]
+        table = policy.cfg.instruction_table or None
+    frames = ActionChunkDataset(dataset, 1, obs_keys=keys, instruction_table=table)
     if dataset.num_frames <= limit:
         return frames, np.arange(dataset.num_frames)
     return frames, np.sort(np.random.default_rng(0).permutation(dataset.num_frames)[:limit])
 
 
 @torch.no_grad()
-def image_features(policy, images: torch.Tensor, image_key: str, kind: str) -> torch.Tensor:
-    """[N, F] features of uint8 images [N, H, W, 3]."""
+def image_features(policy, batch, image_key: str, kind: str) -> torch.Tensor:
+    """[N, F] features of a batch's uint8 images [N, H, W, 3] (or, `condition`, of all its inputs)."""
+    images = batch[image_key]
+    if kind == "condition":
+        if not hasattr(policy, "condition"):
+            raise UserError(f"--features condition needs a flow policy, not {policy.family}")
+        return policy.condition(batch)[0]
     if kind == "pixels":
         return images.float().flatten(1) / 255
     if isinstance(policy, PretrainedTower):
@@ -63,11 +80,11 @@ def image_size(root: str, image_key: str) -> int:
 
 
 def features_and_targets(policy, root: str, limit: int, image_key: str, kind: str):
-    frames, indices = sample_frames(root, limit, image_key)
+    frames, indices = sample_frames(root, limit, image_key, policy if kind == "condition" else None)
     features, targets = [], []
     for start in range(0, len(indices), 64):
         batch = frames.__getitems__(indices[start : start + 64].tolist())
-        features.append(image_features(policy, batch[image_key], image_key, kind).double())
+        features.append(image_features(policy, batch, image_key, kind).double())
         targets.append(batch["privileged"][:, list(TARGETS.values())].double())
     return torch.cat(features).numpy(), torch.cat(targets).numpy()
 
@@ -85,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict[float, dict[str, list[float]]]:
     parser.add_argument("--train", required=True, help="dataset the probe is fitted on (the policy's demos)")
     parser.add_argument("--test", required=True, help="dataset of unseen demos the probe is scored on")
     parser.add_argument("--max-train", type=int, default=3000, help="frames fitted on (a seeded subset)")
-    parser.add_argument("--features", choices=["image", "pixels"], default="image")
+    parser.add_argument("--features", choices=["image", "pixels", "condition"], default="image")
     parser.add_argument("--reinit", action="store_true", help="the untrained encoder (fresh initial weights)")
     parser.add_argument("--lambdas", type=float, nargs="+", default=[100.0, 1000.0, 10000.0])
     parser.add_argument("--image-key", default="rgb")

@@ -41,6 +41,10 @@ def test_probe_reads_the_policy_image_encoder_and_scores_both_datasets(demos, tm
     assert untrained[1000.0] != results[1000.0]
     pixels = probe([*common, "--features", "pixels", "--lambdas", "0.001"])
     assert min(pixels[0.001]["fitted"]) > 0.99
+    capsys.readouterr()
+    conditioned = probe([*common, "--features", "condition", "--lambdas", "1000"])  # image + state (+ text)
+    assert len(conditioned[1000.0]["unseen"]) == 4 and conditioned[1000.0] != results[1000.0]
+    assert f"unseen, {features} features" not in capsys.readouterr().out
 
 
 def test_probe_scores_a_pretrained_tower_without_a_checkpoint(demos, capsys):
