@@ -38,19 +38,24 @@ TARGETS = {"object x": 0, "object y": 1, "object-ee x": 10, "object-ee y": 11}
 
 
 def sample_frames(
-    root: str, limit: int, image_key: str, policy=None
+    root: str, limit: int, image_key: str, policy=None, first_frames: int = 0
 ) -> tuple[ActionChunkDataset, np.ndarray]:
-    """The dataset's frames as chunks of one step, and up to `limit` frame indices (seeded subset); with a
-    `policy`, each frame also holds its inputs (proprioception, the task id of its instruction)."""
+    """The dataset's frames as chunks of one step, and up to `limit` frame indices (seeded subset; only the
+    first `first_frames` of each episode if > 0); with a `policy`, each frame also holds its inputs
+    (proprioception, the task id of its instruction)."""
     dataset = LeRobotDataset(root)
     keys, table = [image_key, "privileged"], None
     if policy is not None:
         keys += [k for k in policy.cfg.normalized_keys if k not in (*keys, "task_id")]
         table = policy.cfg.instruction_table or None
     frames = ActionChunkDataset(dataset, 1, obs_keys=keys, instruction_table=table)
-    if dataset.num_frames <= limit:
-        return frames, np.arange(dataset.num_frames)
-    return frames, np.sort(np.random.default_rng(0).permutation(dataset.num_frames)[:limit])
+    indices = np.arange(dataset.num_frames)
+    if first_frames:
+        starts = np.asarray([dataset.episode_range(e)[0] for e in range(dataset.num_episodes)])
+        indices = indices[indices - starts[dataset.episode_of(indices)] < first_frames]
+    if len(indices) <= limit:
+        return frames, indices
+    return frames, np.sort(np.random.default_rng(0).permutation(indices)[:limit])
 
 
 @torch.no_grad()
@@ -79,8 +84,9 @@ def image_size(root: str, image_key: str) -> int:
     return LeRobotDataset(root).features[LEROBOT_KEYS[image_key]]["shape"][0]
 
 
-def features_and_targets(policy, root: str, limit: int, image_key: str, kind: str):
-    frames, indices = sample_frames(root, limit, image_key, policy if kind == "condition" else None)
+def features_and_targets(policy, root: str, limit: int, image_key: str, kind: str, first_frames: int = 0):
+    reader = policy if kind == "condition" else None
+    frames, indices = sample_frames(root, limit, image_key, reader, first_frames)
     features, targets = [], []
     for start in range(0, len(indices), 64):
         batch = frames.__getitems__(indices[start : start + 64].tolist())
@@ -106,6 +112,13 @@ def main(argv: list[str] | None = None) -> dict[float, dict[str, list[float]]]:
     parser.add_argument("--reinit", action="store_true", help="the untrained encoder (fresh initial weights)")
     parser.add_argument("--lambdas", type=float, nargs="+", default=[100.0, 1000.0, 10000.0])
     parser.add_argument("--image-key", default="rgb")
+    parser.add_argument(
+        "--first-frames",
+        type=int,
+        default=0,
+        help="only each episode's first K frames: before the hand moves toward the named object, which "
+        "would give it away",
+    )
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     if args.tower:
@@ -118,8 +131,9 @@ def main(argv: list[str] | None = None) -> dict[float, dict[str, list[float]]]:
         raise UserError("name a policy checkpoint, or a pretrained --tower")
     if args.reinit and not args.tower:  # the same architecture as its constructor initialises it
         policy = type(policy)(policy.cfg, policy.obs_shapes).eval()
-    x_fit, y_fit = features_and_targets(policy, args.train, args.max_train, args.image_key, args.features)
-    x_test, y_test = features_and_targets(policy, args.test, 10**9, args.image_key, args.features)
+    key, kind, first = args.image_key, args.features, args.first_frames
+    x_fit, y_fit = features_and_targets(policy, args.train, args.max_train, key, kind, first)
+    x_test, y_test = features_and_targets(policy, args.test, 10**9, key, kind, first)
     mean, std = x_fit.mean(0), x_fit.std(0) + 1e-6
     x_fit, x_test = (x_fit - mean) / std, (x_test - mean) / std
     y_mean = y_fit.mean(0)

@@ -45,6 +45,8 @@ def test_probe_reads_the_policy_image_encoder_and_scores_both_datasets(demos, tm
     conditioned = probe([*common, "--features", "condition", "--lambdas", "1000"])  # image + state (+ text)
     assert len(conditioned[1000.0]["unseen"]) == 4 and conditioned[1000.0] != results[1000.0]
     assert f"unseen, {features} features" not in capsys.readouterr().out
+    probe([*common, "--first-frames", "1", "--lambdas", "1000"])  # 2 demos each: their first frames
+    assert "2 frames fitted, 2 unseen" in capsys.readouterr().out
 
 
 def test_probe_scores_a_pretrained_tower_without_a_checkpoint(demos, capsys):
