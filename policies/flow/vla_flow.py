@@ -111,6 +111,7 @@ class VLAFlowPrefix(nn.Module):
             tokenizer=train_tokenizer(cfg.vla.instructions, cfg.vla.tokenizer_vocab_size),
             max_instruction_tokens=cfg.vla.max_instruction_tokens,
             instruction_table=cfg.vla.instructions,
+            instruction_film=cfg.vla.instruction_film,
         )
         # The expert reads this model's key/value cache with gradients, which transformers drops under
         # activation checkpointing: policy.gradient_checkpointing covers the vision towers only here.
@@ -134,13 +135,6 @@ class VLAFlowPrefix(nn.Module):
                 raise UserError(f"observation lacks camera {key!r}; present: {sorted(obs.keys())}")
         backbone = self.backbone
         device = backbone.language_model.embed_tokens.weight.device
-        parts, masks = [], []
-        if self.image_keys:
-            images = torch.cat([obs[key] for key in self.image_keys], dim=0)  # one tower pass for all cameras
-            shift = self.image_shift if augment else 0
-            for patches in backbone.encode_images(images, shift).chunk(len(self.image_keys), dim=0):
-                parts.append(patches)
-                masks.append(torch.ones(patches.shape[:2], dtype=torch.bool, device=device))
         instructions = read_instructions(obs, backbone.instruction_table)
         prompts = make_prompts(
             self.variant, instructions, state, self.clean_instruction, self.prompt_state_dim
@@ -148,7 +142,16 @@ class VLAFlowPrefix(nn.Module):
         ids, ids_mask = tokenize_instructions(
             backbone.tokenizer, prompts, backbone.max_instruction_tokens, device
         )
-        parts.append(backbone.embed_tokens(ids))  # Gemma scales token embeddings by sqrt(width), not images
+        text = backbone.embed_tokens(ids)  # Gemma scales token embeddings by sqrt(width), not images
+        parts, masks = [], []
+        if self.image_keys:
+            images = torch.cat([obs[key] for key in self.image_keys], dim=0)  # one tower pass for all cameras
+            shift = self.image_shift if augment else 0
+            patches = backbone.encode_images(images, shift, (text, ids_mask))
+            for camera in patches.chunk(len(self.image_keys), dim=0):
+                parts.append(camera)
+                masks.append(torch.ones(camera.shape[:2], dtype=torch.bool, device=device))
+        parts.append(text)
         masks.append(ids_mask)
         embeds, mask = torch.cat(parts, dim=1), torch.cat(masks, dim=1)  # [N, P, H], [N, P]
         n, p = mask.shape

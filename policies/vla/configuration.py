@@ -188,6 +188,10 @@ class VLAConfig:
     # The image tokens the language model reads grow as (image_size / patch_size) ** 2.
     image_size: int = 0
     patch_size: int = 0
+    # FiLM of the vision tower's features by the instruction (RT-1's conditioning): per-channel scale and
+    # shift from the instruction's mean token embedding, so the object it names can stand out in the
+    # image tokens themselves (policies/vla/film.py)
+    instruction_film: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.custom, dict):  # read back from config.json

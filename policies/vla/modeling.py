@@ -29,6 +29,7 @@ from embodrl.policies.vla.configuration import (
     VLAArchitecture,
     VLAConfig,
 )
+from embodrl.policies.vla.film import InstructionFiLM
 from embodrl.policies.vla.tokenizer import read_instructions, tokenize_instructions, tokenize_openvla_prompts
 
 
@@ -123,6 +124,7 @@ class VLABackbone(nn.Module):
         max_instruction_tokens: int = VLAConfig.max_instruction_tokens,
         prompt_format: str = VLAConfig.prompt_format,
         instruction_table: Sequence[str] = (),
+        instruction_film: bool = False,
     ) -> None:
         super().__init__()
         self.architecture, self.image_keys, self.tokenizer = architecture, tuple(image_keys), tokenizer
@@ -135,6 +137,7 @@ class VLABackbone(nn.Module):
         self.state_projection = (
             build_projector(architecture.state_projector, state_dim, hidden) if state_dim > 0 else None
         )
+        self.film = InstructionFiLM(hidden, architecture.vision_dim) if instruction_film else None
         for i, tower in enumerate(architecture.vision_towers):
             self.register_buffer(f"image_mean_{i}", torch.tensor(tower.image_mean).view(1, 3, 1, 1), False)
             self.register_buffer(f"image_std_{i}", torch.tensor(tower.image_std).view(1, 3, 1, 1), False)
@@ -143,9 +146,12 @@ class VLABackbone(nn.Module):
     def hidden_size(self) -> int:
         return self.architecture.language.hidden_size
 
-    def encode_images(self, images: torch.Tensor, shift: int = 0) -> torch.Tensor:
+    def encode_images(
+        self, images: torch.Tensor, shift: int = 0, text: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
         """uint8 [N, H, W, 3] -> projected patch embeddings [N, patches, hidden]; `shift` > 0 first
-        shifts each image at random by up to that many pixels (SFT augmentation)."""
+        shifts each image at random by up to that many pixels (SFT augmentation); `text`: the instruction's
+        token embeddings and mask, which modulate the tower's features (policy.vla.instruction_film)."""
         size = self.architecture.vision_towers[0].image_size
         if tuple(images.shape[1:3]) != (size, size):
             raise UserError(
@@ -162,7 +168,10 @@ class VLABackbone(nn.Module):
             normalized = (pixels - getattr(self, f"image_mean_{i}")) / getattr(self, f"image_std_{i}")
             out = tower_features(tower, cfg, normalized)  # [N, tokens, D_i]
             features.append(out[:, out.shape[1] - cfg.num_patches :])  # drop CLS/register tokens (DINOv2)
-        return self.projector(torch.cat(features, dim=-1))
+        features = torch.cat(features, dim=-1)
+        if self.film is not None and text is not None:
+            features = self.film(features, *text)
+        return self.projector(features)
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """Token ids [N, T] -> input embeddings [N, T, hidden]."""
@@ -176,23 +185,27 @@ class VLABackbone(nn.Module):
         left-padded], so real tokens sit where OpenVLA(-OFT) puts them once positions skip the padding.
         """
         device = self.language_model.embed_tokens.weight.device
-        images = []
-        if self.image_keys:
-            batch = torch.cat([obs[key] for key in self.image_keys], dim=0)  # one tower pass for all cameras
-            images = list(self.encode_images(batch, image_shift).chunk(len(self.image_keys), dim=0))
         instructions = read_instructions(obs, self.instruction_table)
-        states = [] if self.state_projection is None else [self.state_projection(state).unsqueeze(1)]
         if self.prompt_format == "openvla":
             bos, ids, ids_mask = tokenize_openvla_prompts(
                 self.tokenizer, instructions, self.max_instruction_tokens, device
             )
-            parts = [self.embed_tokens(bos), *images, *states, self.embed_tokens(ids)]
-            text_at = len(parts) - 1
         else:
             ids, ids_mask = tokenize_instructions(
                 self.tokenizer, instructions, self.max_instruction_tokens, device
             )
-            parts = [*images, self.embed_tokens(ids), *states]
+        text = self.embed_tokens(ids)
+        images = []
+        if self.image_keys:
+            batch = torch.cat([obs[key] for key in self.image_keys], dim=0)  # one tower pass for all cameras
+            patches = self.encode_images(batch, image_shift, (text, ids_mask))
+            images = list(patches.chunk(len(self.image_keys), dim=0))
+        states = [] if self.state_projection is None else [self.state_projection(state).unsqueeze(1)]
+        if self.prompt_format == "openvla":
+            parts = [self.embed_tokens(bos), *images, *states, text]
+            text_at = len(parts) - 1
+        else:
+            parts = [*images, text, *states]
             text_at = len(images)
         masks = [torch.ones(part.shape[:2], dtype=torch.bool, device=device) for part in parts]
         masks[text_at] = ids_mask

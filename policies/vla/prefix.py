@@ -53,6 +53,7 @@ class VLAPrefixEncoder(nn.Module):
             max_instruction_tokens=cfg.vla.max_instruction_tokens,
             prompt_format=cfg.vla.prompt_format,
             instruction_table=cfg.vla.instructions,
+            instruction_film=cfg.vla.instruction_film,
         )
 
     @property

@@ -111,3 +111,22 @@ def test_pi0_preset_matches_pi0_on_meta():
     assert 0.25e9 < _count(expert) < 0.35e9  # Gemma-300M action expert
     assert 3.1e9 < _count(backbone) + _count(expert) < 3.5e9  # pi0: ~3.3B
     assert backbone.language_model.config.num_key_value_heads == 1  # Gemma-2B multi-query attention
+
+
+def test_instruction_film_starts_as_the_identity_then_makes_image_tokens_depend_on_the_instruction(backbone):
+    cfg = VLAConfig(instructions=INSTRUCTIONS, instruction_film=True)
+    torch.manual_seed(0)  # the same weights as the fixture's backbone, plus the zero FiLM
+    cameras = ("rgb", "wrist_rgb")
+    film = VLABackbone(cfg.architecture, cameras, S, backbone.tokenizer, 16, instruction_film=True)
+    obs, state = make_obs(), torch.randn(N, S)
+    patches = 2 * PRESETS["nano"].vision_towers[0].num_patches
+    torch.testing.assert_close(film.embed_prefix(obs, state).embeds, backbone.embed_prefix(obs, state).embeds)
+    torch.nn.init.normal_(film.film.linear.weight, std=0.1)
+    other = obs.clone()
+    other["instruction"] = list(reversed(obs["instruction"]))  # the same images under other instructions
+    first, second = film.embed_prefix(obs, state).embeds, film.embed_prefix(other, state).embeds
+    assert not torch.allclose(first[:, :patches], second[:, :patches])  # both cameras' tokens modulated
+    assert not torch.allclose(first[:, patches // 2 : patches], second[:, patches // 2 : patches])
+    same = [i for i in range(N) if obs["instruction"][i] == other["instruction"][i]]
+    torch.testing.assert_close(first[same, :patches], second[same, :patches])
+    assert film.film.linear.weight.requires_grad
