@@ -16,7 +16,9 @@ Per mode and latency: the action jump at chunk seams (|a_t - a_{t-1}|, L2 over t
 gripper's deliberate switch left out; t is the first step executed from a new chunk, a_{t-1} what was
 sent before, the hold action where the robot starved), the same jump between steps inside chunks,
 success and episode length. Jump means are taken per episode, then over episodes, so that the long
-episodes of failures do not outweigh the others; the maximum is over every seam.
+episodes of failures do not outweigh the others; the maximum is over every seam. Below the table, guided_rtc's
+seam jump minus each other mode's, paired by episode (the same initial states and noise seeds), with its
+standard error: the noise to judge a difference by.
 
     embodrl collect pick_flow_noise --out data/rtc_pick_demos --episodes-per-task 100 \\
         env.control_mode=ee_delta policy.action_dim=7
@@ -131,7 +133,8 @@ class ModeResult:
     measured_delays: list[int] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        seams = [np.mean(jumps) for jumps in self.seam_jumps if jumps]
+        per_episode = [float(np.mean(jumps)) if jumps else None for jumps in self.seam_jumps]
+        seams = [jump for jump in per_episode if jump is not None]
         inner = [np.mean(jumps) for jumps in self.inner_jumps if jumps]
         every_seam = [jump for jumps in self.seam_jumps for jump in jumps]
         return {
@@ -140,6 +143,7 @@ class ModeResult:
             "delay_steps": self.delay_steps,
             "seam_jump_mean": float(np.mean(seams)) if seams else math.nan,
             "seam_jump_max": float(np.max(every_seam)) if every_seam else math.nan,
+            "seam_jump_per_episode": per_episode,  # None where an episode had no seam
             "inner_jump_mean": float(np.mean(inner)) if inner else math.nan,
             "seams": len(every_seam),
             "success": self.successes / max(self.episodes, 1),
@@ -211,6 +215,34 @@ def run_mode(args, runner: CheckpointRunner, mode: str, latency_ms: float) -> Mo
     return result
 
 
+def seam_difference(row: dict[str, Any], other: dict[str, Any]) -> tuple[float, float, int]:
+    """The mean and standard error of row's per-episode seam jump minus other's, paired by episode (every
+    mode plays the same initial states and noise seeds), over the episodes where both had seams."""
+    pairs = [
+        (a, b)
+        for a, b in zip(row["seam_jump_per_episode"], other["seam_jump_per_episode"], strict=True)
+        if a is not None and b is not None
+    ]
+    if len(pairs) < 2:
+        return math.nan, math.nan, len(pairs)
+    diffs = np.array([a - b for a, b in pairs])
+    return float(diffs.mean()), float(diffs.std(ddof=1) / math.sqrt(len(diffs))), len(diffs)
+
+
+def guided_differences(rows: list[dict[str, Any]]) -> list[str]:
+    """Per latency, guided_rtc's paired seam-jump difference to every other mode, one line each."""
+    lines = []
+    for guided in (r for r in rows if r["mode"] == "guided_rtc"):
+        for other in rows:
+            if other["latency_ms"] == guided["latency_ms"] and other["mode"] != "guided_rtc":
+                mean, stderr, n = seam_difference(guided, other)
+                lines.append(
+                    f"{guided['latency_ms']:.0f} ms: guided_rtc - {other['mode']} seam jump "
+                    f"{mean:+.3f} +- {stderr:.3f} (paired standard error, {n} episodes)"
+                )
+    return lines
+
+
 def markdown(rows: list[dict[str, Any]], fps: float) -> str:
     header = (
         "latency (delay d)",
@@ -268,6 +300,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             rows.append(row)
             print(json.dumps(row), flush=True)
     print(markdown(rows, args.fps))
+    print("\n".join(guided_differences(rows)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)

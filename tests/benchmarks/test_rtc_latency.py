@@ -29,3 +29,14 @@ def test_every_mode_runs_and_reports_its_seams(tmp_path):
     rows = SCRIPT["main"](argv)
     assert [r["mode"] for r in rows] == ["open_loop", "blend", "rtc", "guided_rtc"]
     assert all(r["seams"] >= 1 and r["episodes"] == 1 and r["steps_mean"] == 9 for r in rows)
+
+
+def test_seam_differences_are_paired_by_episode_and_skip_episodes_without_seams():
+    guided = {"mode": "guided_rtc", "latency_ms": 100.0, "seam_jump_per_episode": [1.0, 2.0, None, 4.0]}
+    blend = {"mode": "blend", "latency_ms": 100.0, "seam_jump_per_episode": [2.0, 2.0, 9.0, 6.0]}
+    mean, stderr, n = SCRIPT["seam_difference"](guided, blend)
+    assert n == 3 and mean == pytest.approx(-1.0)  # diffs -1, 0, -2: paired, episode 2 left out
+    assert stderr == pytest.approx(np.std([-1.0, 0.0, -2.0], ddof=1) / np.sqrt(3))
+    lines = SCRIPT["guided_differences"]([blend, guided])
+    expected = "100 ms: guided_rtc - blend seam jump -1.000 +- 0.577 (paired standard error, 3 episodes)"
+    assert lines == [expected]
