@@ -87,10 +87,11 @@ class PolicyConfig:
     lora: LoRAConfig = field(default_factory=LoRAConfig)  # full | lora | frozen per module group
     train_expert_only: bool = False  # freeze the VLM (vision + language): only the action expert/head train
     gradient_checkpointing: bool = False  # recompute the transformers towers' activations in backward
-    # With the VLM frozen, the rollout stores the pi0-style prefix's keys/values in `replay` and the update
-    # reuses them: a nano VLA's update then runs the expert alone. Per decision that is layers x 2 x
-    # kv_heads x prefix tokens x head_dim floats (pi0-3b on two 224 px cameras: ~20 MB), so it is off
-    # by default and for small VLAs.
+    # With the VLM frozen, the rollout stores what the frozen prefix gives the trained head in `replay` and
+    # the update reuses it: the pi0-style prefix's keys/values (the flow expert then runs alone), the
+    # diffusion readout's hidden states, the OFT slots' last hidden states (only the action rows of the LM
+    # head train). Per decision the pi0 cache is layers x 2 x kv_heads x prefix tokens x head_dim floats
+    # (pi0-3b on two 224 px cameras: ~20 MB), so it is off by default and for small VLAs.
     cache_frozen_prefix: bool = False
 
     def __post_init__(self) -> None:

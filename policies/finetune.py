@@ -10,12 +10,15 @@ They are training settings, read from the experiment config also when the policy
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from torch import nn
 
 from embodrl.errors import UserError
 from embodrl.policies.config import PolicyConfig, rollout_settings
 from embodrl.policies.lora import VLM_STATE_INPUT_PREFIXES, apply_lora, group_of
+
+log = logging.getLogger(__name__)
 
 VLM_GROUPS = ("vision", "language")
 
@@ -36,6 +39,14 @@ def prepare_finetuning(policy: nn.Module, cfg: PolicyConfig) -> nn.Module:
                 param.requires_grad_(False)
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
+    prefix = getattr(policy, "prefix_encoder", None)
+    if cfg.cache_frozen_prefix and prefix is not None and not prefix.frozen:
+        training = sorted({name.split(".")[1] for name, p in prefix.named_parameters() if p.requires_grad})
+        log.warning(
+            "policy.cache_frozen_prefix caches only a frozen prefix, and %s of it train here: every update "
+            "reruns it (freeze it with policy.train_expert_only=true)",
+            ", ".join(training),
+        )
     policy.cfg = dataclasses.replace(
         policy.cfg,
         train_expert_only=cfg.train_expert_only,

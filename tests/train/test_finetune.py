@@ -209,6 +209,18 @@ def test_bad_finetuning_settings_are_refused():
         enable_gradient_checkpointing(build("gaussian", obs_keys=("state",)))
 
 
+def test_a_prefix_cache_asked_for_a_prefix_that_trains_is_named_in_a_warning(caplog):
+    for expert_only in (False, True):
+        cfg = compose(None, ["policy.cache_frozen_prefix=true", f"policy.train_expert_only={expert_only}"])
+        caplog.clear()
+        prepare_finetuning(build("diffusion", diffusion={"conditioning": "vla"}), cfg.policy)
+        warnings = [r.getMessage() for r in caplog.records if "cache_frozen_prefix" in r.getMessage()]
+        if expert_only:
+            assert warnings == []
+        else:
+            assert len(warnings) == 1 and "language_model" in warnings[0]
+
+
 @pytest.mark.parametrize("experiment", [f"pi0_flow_noise_{x}" for x in ("libero", "maniskill", "nano")])
 def test_flow_noise_recipes_compose(experiment):
     cfg = compose(experiment)
