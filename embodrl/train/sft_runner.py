@@ -160,7 +160,7 @@ class SFTRunner(Runner):
         self.num_samples = 0  # the stream counts its own
         self.normalize_from_stream = not resume and not cfg.policy.init_from
 
-    def _start_stream(self) -> SimulatedDemos:
+    def _start_stream(self, seed: int) -> SimulatedDemos:
         cfg, sft = self.cfg, self.cfg.sft
         stream = SimulatedDemos(
             make_env(cfg.env, device=cfg.device),
@@ -170,7 +170,7 @@ class SFTRunner(Runner):
             sft.stream_reuse,
             sft.stream_first_state_id,
             sft.stream_states,
-            seed=cfg.seed * 1_000_003 + self.step,
+            seed=seed,
         )
         warm = min(sft.stream_pool, max(4 * sft.batch_size, 2048))
         print(f"playing the scripted expert for a first {warm} samples ...", flush=True)
@@ -202,9 +202,10 @@ class SFTRunner(Runner):
         )
 
     def _streamed_batches(self) -> Iterator[TensorDict]:
+        seed = self.cfg.seed * 1_000_003 + self.step  # a resumed run plays and draws anew from its step
         if self.stream is None:
-            self.stream = self._start_stream()
-        generator = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.step)
+            self.stream = self._start_stream(seed)
+        generator = torch.Generator().manual_seed(seed)
         while True:
             yield self.stream.batch(self.cfg.sft.batch_size, generator)
 

@@ -97,13 +97,12 @@ class SimulatedDemos:
             self.pool = {
                 k: torch.zeros((self.pool_size, *v.shape[1:]), dtype=v.dtype) for k, v in samples.items()
             }
-        for start in range(0, length, self.pool_size):
-            part = {k: v[start : start + self.pool_size] for k, v in samples.items()}
-            rows = (self.cursor + torch.arange(len(part["action"]))) % self.pool_size
-            for k, v in part.items():
-                self.pool[k][rows] = v
-            self.cursor = int(rows[-1] + 1) % self.pool_size
-            self.filled = min(self.pool_size, self.filled + len(rows))
+        kept = min(length, self.pool_size)  # of an episode longer than the pool, its tail would remain
+        rows = (self.cursor + torch.arange(kept)) % self.pool_size
+        for k, v in samples.items():
+            self.pool[k][rows] = v[length - kept :]
+        self.cursor = (self.cursor + kept) % self.pool_size
+        self.filled = min(self.pool_size, self.filled + kept)
         self.samples_made += length
 
     def fill(self, samples: int) -> None:
@@ -112,7 +111,7 @@ class SimulatedDemos:
         while self.filled < samples:
             self.step()
             if self.failures > 100 and self.episodes == 0:
-                raise UserError("the scripted expert failed 100 episodes in a row; check the env settings")
+                raise UserError("the scripted expert failed its first 100 episodes; check the env settings")
 
     # ---- reading -------------------------------------------------------------------------------------
     def normalization_stats(self) -> dict[str, dict[str, np.ndarray]]:
