@@ -26,9 +26,11 @@ from embodrl.policies.checkpoint import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FIL
 from embodrl.policies.lora_config import LoRAConfig
 
 GROUP_PREFIXES = {
-    # a VLA's vision towers and projector; the CNN image encoders of the MLP policies' ObsEncoder
+    # a VLA's vision towers, the instruction's FiLM of their features, and the projector; the CNN image
+    # encoders of the MLP policies' ObsEncoder
     "vision": (
         "prefix_encoder.backbone.vision_towers.",
+        "prefix_encoder.backbone.film.",
         "prefix_encoder.backbone.projector.",
         "encoder.images.",
     ),

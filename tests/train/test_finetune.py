@@ -221,6 +221,15 @@ def test_a_prefix_cache_asked_for_a_prefix_that_trains_is_named_in_a_warning(cap
             assert len(warnings) == 1 and "language_model" in warnings[0]
 
 
+def test_the_instruction_film_is_part_of_the_vision_group_and_freezes_with_the_vlm():
+    policy = build("diffusion", diffusion={"conditioning": "vla"}, vla={"instruction_film": True})
+    assert group_of("prefix_encoder.backbone.film.linear.weight") == "vision"
+    cfg = compose(None, ["policy.cache_frozen_prefix=true", "policy.train_expert_only=true"])
+    prepare_finetuning(policy, cfg.policy)
+    film = policy.prefix_encoder.backbone.film
+    assert policy.prefix_encoder.frozen and not film.linear.weight.requires_grad
+
+
 @pytest.mark.parametrize("experiment", [f"pi0_flow_noise_{x}" for x in ("libero", "maniskill", "nano")])
 def test_flow_noise_recipes_compose(experiment):
     cfg = compose(experiment)
