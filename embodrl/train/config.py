@@ -88,18 +88,24 @@ class SFTConfig:
     # Where samples come from: "dataset" (sft.dataset), or "expert": the env's scripted expert played live
     # (`embodrl pretrain`), its successful episodes kept in a pool of the latest `stream_pool` samples,
     # each drawn `stream_reuse` times on average, from the `stream_states` initial states that start at
-    # `stream_first_state_id` (by default between the evaluations' 0.. and `embodrl collect`'s 50000..)
+    # `stream_first_state_id` (by default between the evaluations' 0.. and `embodrl collect`'s 50000..);
+    # `stream_perturb`: per step, the probability that a burst of `stream_perturb_steps` steps pushes the
+    # expert's executed moves off course, so that the samples after it show how it steers back (0: none)
     source: str = "dataset"
     stream_pool: int = 16384
     stream_reuse: float = 2.0
     stream_first_state_id: int = 1000
     stream_states: int = 49000
+    stream_perturb: float = 0.0
+    stream_perturb_steps: int = 3
 
     def __post_init__(self) -> None:
         check_choice("sft.precision", self.precision, PRECISIONS)
         check_choice("sft.source", self.source, SFT_SOURCES)
-        for key in ("stream_pool", "stream_reuse", "stream_states"):
+        for key in ("stream_pool", "stream_reuse", "stream_states", "stream_perturb_steps"):
             check_positive(f"sft.{key}", getattr(self, key))
+        if not 0.0 <= self.stream_perturb < 1.0:
+            raise ConfigError(f"sft.stream_perturb={self.stream_perturb}: give a probability in [0, 1)")
         check_positive("sft.stream_first_state_id", self.stream_first_state_id, allow_zero=True)
         if self.val_episodes < -1:
             raise ConfigError(f"sft.val_episodes={self.val_episodes}: give a count >= 0, or -1 for a tenth")

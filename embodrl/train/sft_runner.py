@@ -171,6 +171,8 @@ class SFTRunner(Runner):
             sft.stream_first_state_id,
             sft.stream_states,
             seed=seed,
+            perturb=sft.stream_perturb,
+            perturb_steps=sft.stream_perturb_steps,
         )
         warm = min(sft.stream_pool, max(4 * sft.batch_size, 2048))
         print(f"playing the scripted expert for a first {warm} samples ...", flush=True)
@@ -252,6 +254,7 @@ class SFTRunner(Runner):
                         }
                         if self.stream is not None:  # how many scenes the expert played for this process
                             metrics["sft/expert_episodes"] = self.stream.episodes
+                            metrics["sft/expert_bursts"] = self.stream.bursts
                         self.pending_losses, started, seen = [], time.perf_counter(), 0
                     if sft.eval_every and self.step % sft.eval_every == 0:
                         metrics.update(self.evaluate())

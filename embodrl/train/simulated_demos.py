@@ -6,6 +6,12 @@ frames become action-chunk samples (the same as `ActionChunkDataset` gives: obse
 expert actions, padding past the episode's end, task id and instruction), and batches are drawn from a
 pool of the most recent samples. The env steps just often enough that each sample is drawn
 `stream_reuse` times on average, so a long run sees tens of thousands of scenes, each only a few times.
+
+Demos of a flawless expert never show a state it would not reach itself, so a policy that drifts a little
+off them (a hand 2 cm beside the cube at grasp height) has never seen what to do there. Perturbation bursts
+(DART's noise injection, in bursts) fix that: with probability `perturb` per step an env's executed actions
+are pushed in a random direction for `perturb_steps` steps while the expert keeps steering; the samples whose
+chunk holds a pushed step are dropped, those after it keep the expert's own actions, which steer back.
 """
 
 from __future__ import annotations
@@ -19,14 +25,16 @@ from embodrl.errors import UserError
 from embodrl.obs_keys import INSTRUCTION, TASK_ID
 from embodrl.sims.base import VecEnv
 
-Step = tuple[dict[str, torch.Tensor], torch.Tensor]  # one env's observation and the expert's action
+Step = tuple[dict[str, torch.Tensor], torch.Tensor, bool]  # observation, the expert's action, pushed
+POSITION_DIMS = 3  # the pushed action dimensions: the end-effector's x, y, z moves
 
 
 class SimulatedDemos:
     """Samples of the scripted expert's successful episodes in `env`, kept in a ring of `pool_size`.
 
     `obs_keys`: the observations a sample holds (the policy's inputs and auxiliary targets); initial
-    states cycle through [first_state_id, first_state_id + num_states), from an offset set by `seed`.
+    states cycle through [first_state_id, first_state_id + num_states), from an offset set by `seed`;
+    `perturb`, `perturb_steps`: the perturbation bursts (module docstring; 0 plays the expert unperturbed).
     """
 
     def __init__(
@@ -39,6 +47,8 @@ class SimulatedDemos:
         first_state_id: int,
         num_states: int,
         seed: int,
+        perturb: float = 0.0,
+        perturb_steps: int = 3,
     ) -> None:
         if first_state_id + num_states > env.num_init_states:
             raise UserError(
@@ -50,6 +60,7 @@ class SimulatedDemos:
             raise UserError(f"the env does not observe {missing}, which the policy reads")
         self.env, self.obs_keys, self.chunk_size = env, tuple(obs_keys), chunk_size
         self.pool_size, self.reuse = pool_size, reuse
+        self.perturb, self.perturb_steps = perturb, perturb_steps
         self.first_state_id = first_state_id
         self.num_states = num_states
         self.rng = np.random.default_rng(seed)
@@ -57,9 +68,11 @@ class SimulatedDemos:
         self.pool: dict[str, torch.Tensor] = {}
         self.filled = self.cursor = 0
         self.samples_made = self.samples_drawn = 0
-        self.episodes = self.failures = 0
-        # per env, the running episode's (observation, expert action) pairs
+        self.episodes = self.failures = self.bursts = 0
+        # per env, the running episode's steps, and the push of a running burst and its steps left
         self.episode: list[list[Step]] = [[] for _ in range(env.num_envs)]
+        self.push = torch.zeros(env.num_envs, POSITION_DIMS)
+        self.push_left = torch.zeros(env.num_envs, dtype=torch.long)
         self.obs = self._start(list(range(env.num_envs)))
 
     def _start(self, env_ids: list[int]) -> TensorDict:
@@ -72,10 +85,13 @@ class SimulatedDemos:
         """One expert step of every env; episodes that end successfully enter the pool."""
         obs = self.obs
         actions = self.env.expert_actions().float()  # [N, A]
+        pushed = self._pushes()
         keep = {k: obs[k].cpu() for k in (*self.obs_keys, TASK_ID) if k in obs.keys()}
         for i, trace in enumerate(self.episode):
-            trace.append(({k: v[i] for k, v in keep.items()}, actions[i].cpu()))
-        result = self.env.step(actions[:, None, :])
+            trace.append(({k: v[i] for k, v in keep.items()}, actions[i].cpu(), bool(self.push_left[i] > 0)))
+        executed = actions.clone()
+        executed[:, :POSITION_DIMS] = (executed[:, :POSITION_DIMS] + pushed.to(executed.device)).clamp(-1, 1)
+        result = self.env.step(executed[:, None, :])
         done = result.done.cpu().nonzero().flatten().tolist()
         for i in done:
             if bool(result.success[i]):
@@ -84,15 +100,35 @@ class SimulatedDemos:
             else:
                 self.failures += 1
             self.episode[i] = []
+            self.push_left[i] = 0
+        self.push_left = (self.push_left - 1).clamp(min=0)
         self.obs = self._start(done) if done else result.obs
 
+    def _pushes(self) -> torch.Tensor:
+        """[N, 3] this step's push of each env's executed position action (zero outside a burst); a burst
+        starts with probability `perturb`, in a direction drawn uniformly from [-1, 1]^3."""
+        if self.perturb > 0:
+            draw = torch.from_numpy(self.rng.random(len(self.push_left)) < self.perturb)
+            start = (self.push_left == 0) & draw
+            n = int(start.sum())
+            if n:
+                self.push[start] = torch.from_numpy(self.rng.uniform(-1.0, 1.0, (n, POSITION_DIMS))).float()
+                self.push_left[start] = self.perturb_steps
+                self.bursts += n
+        return torch.where((self.push_left > 0)[:, None], self.push, 0.0)
+
     def _add(self, trace: list[Step]) -> None:
-        length = len(trace)
-        actions = torch.stack([a for _, a in trace])  # [T, A]
-        steps = torch.arange(length)[:, None] + torch.arange(self.chunk_size)  # [T, C]
-        samples = {k: torch.stack([o[k] for o, _ in trace]) for k in trace[0][0]}
-        samples["action"] = actions[steps.clamp(max=length - 1)]
-        samples["action_is_pad"] = steps >= length
+        actions = torch.stack([a for _, a, _ in trace])  # [T, A]
+        pushed = torch.tensor([p for _, _, p in trace])
+        steps = torch.arange(len(trace))[:, None] + torch.arange(self.chunk_size)  # [T, C]
+        inside = steps.clamp(max=len(trace) - 1)
+        clean = ~(pushed[inside] & (steps < len(trace))).any(-1)  # no pushed step in the sample's chunk
+        samples = {k: torch.stack([o[k] for o, _, _ in trace])[clean] for k in trace[0][0]}
+        samples["action"] = actions[inside][clean]
+        samples["action_is_pad"] = (steps >= len(trace))[clean]
+        length = int(clean.sum())
+        if length == 0:
+            return
         if not self.pool:
             self.pool = {
                 k: torch.zeros((self.pool_size, *v.shape[1:]), dtype=v.dtype) for k, v in samples.items()

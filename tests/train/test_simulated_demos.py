@@ -17,7 +17,9 @@ from embodrl.train.simulated_demos import SimulatedDemos
 REACH = ["env.task=reach", "env.num_envs=3", "env.max_episode_steps=30"]
 
 
-def _stream(pool: int = 256, reuse: float = 2.0, first_state_id: int = 20000, states: int = 1000):
+def _stream(
+    pool: int = 256, reuse: float = 2.0, first_state_id: int = 20000, states: int = 1000, perturb: float = 0.0
+):
     env = make_env(compose(None, REACH).env)
     starts: list[int] = []
     reset_to = env.reset_to
@@ -27,7 +29,9 @@ def _stream(pool: int = 256, reuse: float = 2.0, first_state_id: int = 20000, st
         return reset_to(state_ids, env_ids)
 
     env.reset_to = recording_reset_to
-    stream = SimulatedDemos(env, ("state", "privileged"), 3, pool, reuse, first_state_id, states, seed=0)
+    stream = SimulatedDemos(
+        env, ("state", "privileged"), 3, pool, reuse, first_state_id, states, seed=0, perturb=perturb
+    )
     return stream, starts
 
 
@@ -54,6 +58,29 @@ def test_each_sample_is_drawn_about_reuse_times_and_the_pool_keeps_the_latest():
         assert batch["action"].shape == (16, 3, 7) and len(batch["instruction"]) == 16
     assert stream.samples_made * 2.0 >= stream.samples_drawn == 320
     assert stream.samples_made > 64 and stream.filled == 64  # the ring wrapped
+
+
+def test_a_burst_pushes_the_executed_moves_and_drops_the_samples_whose_chunk_holds_it():
+    stream, _ = _stream(perturb=0.2)
+    executed, expert = [], []
+    step, expert_actions = stream.env.step, stream.env.expert_actions
+    stream.env.step = lambda actions: executed.append(actions[:, 0].clone()) or step(actions)
+    stream.env.expert_actions = lambda: expert.append(expert_actions()) or expert[-1]
+    stream.fill(100)
+    assert stream.bursts > 0 and stream.episodes > 0  # the expert steers back and still succeeds
+    push = torch.stack(executed) - torch.stack(expert)  # [steps, N, A]
+    pushed = push.abs().amax(-1) > 0
+    assert pushed.any() and not push[..., 3:].any()  # only the position moves are pushed
+    assert stream.bursts <= int(pushed.sum()) <= 3 * stream.bursts  # a burst: perturb_steps=3 steps at most
+
+    frames = [
+        ({"state": torch.tensor([float(t)])}, torch.full((7,), float(t)), t in (4, 5, 6)) for t in range(10)
+    ]
+    stream.pool, stream.filled, stream.cursor, stream.samples_made = {}, 0, 0, 0
+    stream._add(frames)
+    assert stream.pool["state"][: stream.filled].flatten().tolist() == [0, 1, 7, 8, 9]
+    assert stream.pool["action"][2, :, 0].tolist() == [7, 8, 9]  # after the burst: the expert's own steering
+    assert stream.pool["action_is_pad"][4].tolist() == [False, True, True]
 
 
 def test_a_state_range_past_the_env_is_refused():
