@@ -90,7 +90,9 @@ class SFTConfig:
     # each drawn `stream_reuse` times on average, from the `stream_states` initial states that start at
     # `stream_first_state_id` (by default between the evaluations' 0.. and `embodrl collect`'s 50000..);
     # `stream_perturb`: per step, the probability that a burst of `stream_perturb_steps` steps pushes the
-    # expert's executed moves off course, so that the samples after it show how it steers back (0: none)
+    # expert's executed moves off course, so that the samples after it show how it steers back (0: none);
+    # `stream_policy_share`: the share of episodes the policy being trained plays itself, every step
+    # labelled with the expert's action in the state it reached (DAgger; 0: the expert plays them all)
     source: str = "dataset"
     stream_pool: int = 16384
     stream_reuse: float = 2.0
@@ -98,6 +100,7 @@ class SFTConfig:
     stream_states: int = 49000
     stream_perturb: float = 0.0
     stream_perturb_steps: int = 3
+    stream_policy_share: float = 0.0
 
     def __post_init__(self) -> None:
         check_choice("sft.precision", self.precision, PRECISIONS)
@@ -106,6 +109,8 @@ class SFTConfig:
             check_positive(f"sft.{key}", getattr(self, key))
         if not 0.0 <= self.stream_perturb < 1.0:
             raise ConfigError(f"sft.stream_perturb={self.stream_perturb}: give a probability in [0, 1)")
+        if not 0.0 <= self.stream_policy_share <= 1.0:
+            raise ConfigError(f"sft.stream_policy_share={self.stream_policy_share}: give a share in [0, 1]")
         check_positive("sft.stream_first_state_id", self.stream_first_state_id, allow_zero=True)
         if self.val_episodes < -1:
             raise ConfigError(f"sft.val_episodes={self.val_episodes}: give a count >= 0, or -1 for a tenth")

@@ -173,6 +173,8 @@ class SFTRunner(Runner):
             seed=seed,
             perturb=sft.stream_perturb,
             perturb_steps=sft.stream_perturb_steps,
+            policy=self._stream_policy_chunks,
+            policy_share=sft.stream_policy_share,
         )
         warm = min(sft.stream_pool, max(4 * sft.batch_size, 2048))
         print(f"playing the scripted expert for a first {warm} samples ...", flush=True)
@@ -180,6 +182,16 @@ class SFTRunner(Runner):
         if self.normalize_from_stream:
             self.policy.set_normalization(stream.normalization_stats())
         return stream
+
+    def _stream_policy_chunks(self, obs: TensorDict) -> torch.Tensor:
+        """The action chunks the policy as it trains now takes in the stream's episodes it plays (DAgger)."""
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            with torch.no_grad():
+                return self.policy.act(obs.to(self.cfg.device), deterministic=True).actions
+        finally:
+            self.policy.train(was_training)
 
     def _sample_keys(self) -> list[str]:
         """What a sample holds: the actor's inputs and the auxiliary SFT targets (task ids come apart)."""
@@ -255,6 +267,9 @@ class SFTRunner(Runner):
                         if self.stream is not None:  # how many scenes the expert played for this process
                             metrics["sft/expert_episodes"] = self.stream.episodes
                             metrics["sft/expert_bursts"] = self.stream.bursts
+                            if self.cfg.sft.stream_policy_share > 0:
+                                metrics["sft/policy_episodes"] = self.stream.policy_episodes
+                                metrics["sft/policy_success"] = self.stream.policy_success
                         self.pending_losses, started, seen = [], time.perf_counter(), 0
                     if sft.eval_every and self.step % sft.eval_every == 0:
                         metrics.update(self.evaluate())

@@ -12,9 +12,17 @@ off them (a hand 2 cm beside the cube at grasp height) has never seen what to do
 (DART's noise injection, in bursts) fix that: with probability `perturb` per step an env's executed actions
 are pushed in a random direction for `perturb_steps` steps while the expert keeps steering; the samples whose
 chunk holds a pushed step are dropped, those after it keep the expert's own actions, which steer back.
+
+Bursts show random mistakes; DAgger shows the policy's own. With `policy_share` > 0, that share of the
+episodes is played by the policy being trained (`policy`: its action chunks for some envs' observations),
+each step labelled with the action the expert would take in the state the policy reached; all of those
+episodes enter the pool, failed ones first of all, since they hold the states the policy fails from.
 """
 
 from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -27,6 +35,7 @@ from embodrl.sims.base import VecEnv
 
 Step = tuple[dict[str, torch.Tensor], torch.Tensor, bool]  # observation, the expert's action, pushed
 POSITION_DIMS = 3  # the pushed action dimensions: the end-effector's x, y, z moves
+ChunkFn = Callable[[TensorDict], torch.Tensor]  # some envs' observations -> their action chunks [n, C, A]
 
 
 class SimulatedDemos:
@@ -34,7 +43,8 @@ class SimulatedDemos:
 
     `obs_keys`: the observations a sample holds (the policy's inputs and auxiliary targets); initial
     states cycle through [first_state_id, first_state_id + num_states), from an offset set by `seed`;
-    `perturb`, `perturb_steps`: the perturbation bursts (module docstring; 0 plays the expert unperturbed).
+    `perturb`, `perturb_steps`: the perturbation bursts; `policy`, `policy_share`: the episodes the policy
+    plays (module docstring; 0 plays the expert alone, unperturbed).
     """
 
     def __init__(
@@ -49,6 +59,8 @@ class SimulatedDemos:
         seed: int,
         perturb: float = 0.0,
         perturb_steps: int = 3,
+        policy: ChunkFn | None = None,
+        policy_share: float = 0.0,
     ) -> None:
         if first_state_id + num_states > env.num_init_states:
             raise UserError(
@@ -61,6 +73,7 @@ class SimulatedDemos:
         self.env, self.obs_keys, self.chunk_size = env, tuple(obs_keys), chunk_size
         self.pool_size, self.reuse = pool_size, reuse
         self.perturb, self.perturb_steps = perturb, perturb_steps
+        self.policy, self.policy_share = policy, policy_share if policy is not None else 0.0
         self.first_state_id = first_state_id
         self.num_states = num_states
         self.rng = np.random.default_rng(seed)
@@ -73,12 +86,26 @@ class SimulatedDemos:
         self.episode: list[list[Step]] = [[] for _ in range(env.num_envs)]
         self.push = torch.zeros(env.num_envs, POSITION_DIMS)
         self.push_left = torch.zeros(env.num_envs, dtype=torch.long)
+        # per env, whether the policy plays its episode, and the rest of the policy's last chunk
+        self.driven = torch.zeros(env.num_envs, dtype=torch.bool)
+        self.queued: list[list[torch.Tensor]] = [[] for _ in range(env.num_envs)]
+        self.policy_episodes = 0
+        self.policy_outcomes: deque[bool] = deque(maxlen=100)  # the policy's latest episodes: succeeded
         self.obs = self._start(list(range(env.num_envs)))
 
     def _start(self, env_ids: list[int]) -> TensorDict:
         ids = [self.first_state_id + (self.next_state + k) % self.num_states for k in range(len(env_ids))]
         self.next_state = (self.next_state + len(env_ids)) % self.num_states
+        if self.policy_share > 0:
+            self.driven[env_ids] = torch.from_numpy(self.rng.random(len(env_ids)) < self.policy_share)
+            for i in env_ids:
+                self.queued[i] = []
         return self.env.reset_to(torch.tensor(ids), torch.tensor(env_ids))
+
+    @property
+    def policy_success(self) -> float:
+        """The success rate of the policy's latest (up to 100) episodes in the stream; nan before any."""
+        return sum(self.policy_outcomes) / len(self.policy_outcomes) if self.policy_outcomes else float("nan")
 
     # ---- filling -------------------------------------------------------------------------------------
     def step(self) -> None:
@@ -91,10 +118,17 @@ class SimulatedDemos:
             trace.append(({k: v[i] for k, v in keep.items()}, actions[i].cpu(), bool(self.push_left[i] > 0)))
         executed = actions.clone()
         executed[:, :POSITION_DIMS] = (executed[:, :POSITION_DIMS] + pushed.to(executed.device)).clamp(-1, 1)
+        if self.driven.any():
+            executed[self.driven] = self._policy_actions(obs).to(executed)
         result = self.env.step(executed[:, None, :])
         done = result.done.cpu().nonzero().flatten().tolist()
         for i in done:
-            if bool(result.success[i]):
+            success = bool(result.success[i])
+            if self.driven[i]:
+                self._add(self.episode[i])
+                self.policy_episodes += 1
+                self.policy_outcomes.append(success)
+            elif success:
                 self._add(self.episode[i])
                 self.episodes += 1
             else:
@@ -109,13 +143,24 @@ class SimulatedDemos:
         starts with probability `perturb`, in a direction drawn uniformly from [-1, 1]^3."""
         if self.perturb > 0:
             draw = torch.from_numpy(self.rng.random(len(self.push_left)) < self.perturb)
-            start = (self.push_left == 0) & draw
+            start = (self.push_left == 0) & draw & ~self.driven
             n = int(start.sum())
             if n:
                 self.push[start] = torch.from_numpy(self.rng.uniform(-1.0, 1.0, (n, POSITION_DIMS))).float()
                 self.push_left[start] = self.perturb_steps
                 self.bursts += n
         return torch.where((self.push_left > 0)[:, None], self.push, 0.0)
+
+    def _policy_actions(self, obs: TensorDict) -> torch.Tensor:
+        """[n, A] the next action of each env the policy plays, from its last chunk or, where that is spent,
+        a new one (one policy call for those envs)."""
+        driven = self.driven.nonzero().flatten().tolist()
+        spent = [i for i in driven if not self.queued[i]]
+        if spent:
+            chunks = self.policy(obs[torch.tensor(spent)]).cpu()  # [n, C, A]
+            for i, chunk in zip(spent, chunks, strict=True):
+                self.queued[i] = list(chunk)
+        return torch.stack([self.queued[i].pop(0) for i in driven])
 
     def _add(self, trace: list[Step]) -> None:
         actions = torch.stack([a for _, a, _ in trace])  # [T, A]

@@ -18,7 +18,13 @@ REACH = ["env.task=reach", "env.num_envs=3", "env.max_episode_steps=30"]
 
 
 def _stream(
-    pool: int = 256, reuse: float = 2.0, first_state_id: int = 20000, states: int = 1000, perturb: float = 0.0
+    pool: int = 256,
+    reuse: float = 2.0,
+    first_state_id: int = 20000,
+    states: int = 1000,
+    perturb: float = 0.0,
+    policy=None,
+    policy_share: float = 0.0,
 ):
     env = make_env(compose(None, REACH).env)
     starts: list[int] = []
@@ -30,7 +36,17 @@ def _stream(
 
     env.reset_to = recording_reset_to
     stream = SimulatedDemos(
-        env, ("state", "privileged"), 3, pool, reuse, first_state_id, states, seed=0, perturb=perturb
+        env,
+        ("state", "privileged"),
+        3,
+        pool,
+        reuse,
+        first_state_id,
+        states,
+        seed=0,
+        perturb=perturb,
+        policy=policy,
+        policy_share=policy_share,
     )
     return stream, starts
 
@@ -81,6 +97,27 @@ def test_a_burst_pushes_the_executed_moves_and_drops_the_samples_whose_chunk_hol
     assert stream.pool["state"][: stream.filled].flatten().tolist() == [0, 1, 7, 8, 9]
     assert stream.pool["action"][2, :, 0].tolist() == [7, 8, 9]  # after the burst: the expert's own steering
     assert stream.pool["action_is_pad"][4].tolist() == [False, True, True]
+
+
+def test_episodes_the_policy_plays_are_labelled_with_the_experts_actions_failed_ones_too():
+    calls: list[int] = []
+
+    def still(obs):  # a policy that never moves the hand: every reach episode fails
+        calls.append(obs.batch_size[0])
+        return torch.zeros(obs.batch_size[0], 2, 7)
+
+    stream, _ = _stream(policy=still, policy_share=1.0)
+    executed, expert = [], []
+    step, expert_actions = stream.env.step, stream.env.expert_actions
+    stream.env.step = lambda actions: executed.append(actions[:, 0].clone()) or step(actions)
+    stream.env.expert_actions = lambda: expert.append(expert_actions()) or expert[-1]
+    stream.fill(60)
+    assert stream.policy_episodes >= 3 and stream.policy_success == 0.0 and stream.episodes == 0
+    assert not torch.stack(executed).any()  # the policy acted, not the expert
+    labels = stream.pool["action"][: stream.filled, 0]
+    assert labels[:, :3].abs().sum(-1).min() > 0  # the expert's moves toward the target, where the hand stood
+    assert torch.equal(labels[:30], torch.stack(expert)[:30, 0])  # env 0's first episode, step by step
+    assert sum(calls) == len(executed) * 3 / 2  # one call per two-action chunk per env, only for those spent
 
 
 def test_a_state_range_past_the_env_is_refused():
