@@ -148,6 +148,10 @@ class ScriptedExpert:
         turn = np.clip(
             rotation_error(self._wanted_rotation(frame, ctrl_rot), ctrl_rot) / ROT_SCALE, -1.0, 1.0
         )
+        # The expert turns about the vertical only. Its roll and pitch stay exactly zero even where another
+        # driver (a policy played under DAgger) tilted the hand slightly: demos hold them constant, so a
+        # policy normalizes them by a zero spread, and any label there would be magnified without bound.
+        turn[:, :2] = 0.0
         return np.concatenate([move, turn, gripper[:, None]], -1).astype(np.float32)
 
     def _wanted_rotation(self, f: TaskFrame, ctrl_rot: np.ndarray) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from embodrl.sims.config import EnvConfig
 from embodrl.sims.registry import make_env
@@ -22,3 +23,16 @@ def test_expert_succeeds(suite, task):
         success |= res.success.numpy() & ~finished
         finished |= res.done.numpy()
     assert success.mean() >= 0.95, f"{suite}/{task}: expert success {success.mean():.2f}"
+
+
+def test_expert_turns_about_the_vertical_only_from_a_tilted_hand():
+    """Under DAgger a policy drives and may tilt the hand; the expert's labels keep roll and pitch at zero,
+    which the demos hold constant (a policy normalizes them by a zero spread)."""
+    env = make_env(EnvConfig(suite="tabletop-lang", task="pick", num_envs=8, max_episode_steps=80))
+    env.reset(seed=0)
+    tilt = torch.zeros(8, 1, 7)
+    tilt[..., 3:5] = 0.5  # roll and pitch
+    for _ in range(3):
+        env.step(tilt)
+    actions = env.expert_actions().numpy()
+    assert not actions[:, 3:5].any() and np.abs(actions[:, :3]).max() > 0
