@@ -3,6 +3,10 @@
 Each stage names a target for the controller's target point, a gripper command, and when it is
 done (hand within `tol` of the target, or after `wait` steps); the last stage holds. Actions
 steer the controller's target (not the lagging hand) so the arm never overshoots a waypoint.
+
+A waypoint above the next one (over the cube before the descent) is also done once the hand is under it
+within `xy_tol`: a hand that came in low and level with the cube goes on down, not back up. The expert's
+own path meets its waypoints from above; another driver's (a policy played under DAgger) need not.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class Stage:
     gripper: float
     tol: float = 0.0  # done when the hand is this close (0: never)
     wait: int = 0  # done after this many steps (0: never)
+    xy_tol: float = 0.0  # also done when the hand is this close horizontally and not above it (0: never)
 
 
 def _offset(base: Callable[[TaskFrame], np.ndarray], dx=0.0, dy=0.0, dz=0.0) -> Target:
@@ -71,7 +76,7 @@ def _behind(height: float, dist: float) -> Target:
 
 def _grasp(lift: Stage) -> list[Stage]:
     return [
-        Stage(_offset(_main, dz=0.08), OPEN, tol=0.015),
+        Stage(_offset(_main, dz=0.08), OPEN, tol=0.015, xy_tol=0.01),
         Stage(_offset(_main, dz=GRASP_DZ), OPEN, tol=0.007),
         Stage(_offset(_main, dz=GRASP_DZ), CLOSED, wait=5),
         lift,
@@ -80,7 +85,7 @@ def _grasp(lift: Stage) -> list[Stage]:
 
 def _carry_to(goal_dz: float) -> list[Stage]:
     return [
-        Stage(_at_height(_goal_under_held, CARRY_Z), CLOSED, tol=0.015),
+        Stage(_at_height(_goal_under_held, CARRY_Z), CLOSED, tol=0.015, xy_tol=0.01),
         Stage(_offset(_goal_under_held, dz=goal_dz), CLOSED, tol=0.008),
         Stage(_offset(_goal_under_held, dz=goal_dz), OPEN, wait=4),
         Stage(_offset(_goal, dz=0.12), OPEN),
@@ -90,7 +95,7 @@ def _carry_to(goal_dz: float) -> list[Stage]:
 STAGES: dict[str, list[Stage]] = {
     "reach": [Stage(_main, OPEN)],
     "push": [
-        Stage(_behind(0.08, PUSH_BACKOFF), CLOSED, tol=0.015),
+        Stage(_behind(0.08, PUSH_BACKOFF), CLOSED, tol=0.015, xy_tol=0.01),
         Stage(_behind(CUBE_HALF, PUSH_BACKOFF), CLOSED, tol=0.006),
         Stage(_behind(CUBE_HALF, PUSH_CONTACT - 0.04), CLOSED),  # aim 4 cm into the cube: it slides
     ],
@@ -98,7 +103,10 @@ STAGES: dict[str, list[Stage]] = {
     "place": _grasp(Stage(_at_height(_main, CARRY_Z), CLOSED, tol=0.03)) + _carry_to(0.045),
     "stack": _grasp(Stage(_at_height(_main, CARRY_Z), CLOSED, tol=0.03))
     + _carry_to(2 * CUBE_HALF + GRASP_DZ + 0.006),
-    "press": [Stage(_offset(_main, dz=0.06), CLOSED, tol=0.01), Stage(_offset(_main, dz=-0.006), CLOSED)],
+    "press": [
+        Stage(_offset(_main, dz=0.06), CLOSED, tol=0.01, xy_tol=0.01),
+        Stage(_offset(_main, dz=-0.006), CLOSED),
+    ],
 }
 _PUSH = TASK_NAMES.index("push")
 _GRASPING = np.array([TASK_NAMES.index(t) for t in ("pick", "place", "stack")])
@@ -140,6 +148,9 @@ class ScriptedExpert:
                 target[ids] = stage.target(sub)
                 gripper[ids] = stage.gripper
                 reached = np.linalg.norm(sub.ee - target[ids], axis=-1) < stage.tol
+                if stage.xy_tol:
+                    level = np.linalg.norm(sub.ee[:, :2] - target[ids, :2], axis=-1) < stage.xy_tol
+                    reached |= level & (sub.ee[:, 2] < target[ids, 2] + stage.tol)
                 waited = self.count[ids] + 1 >= stage.wait if stage.wait else np.zeros(ids.size, bool)
                 advance = (reached | waited) & (k + 1 < len(stages))
                 self.count[ids] = np.where(advance, 0, self.count[ids] + 1)

@@ -6,6 +6,7 @@ import torch
 
 from embodrl.sims.config import EnvConfig
 from embodrl.sims.registry import make_env
+from embodrl.sims.tabletop.controller import POS_SCALE
 from embodrl.sims.tabletop.tasks import TASK_NAMES
 
 EPISODES = 100
@@ -36,3 +37,23 @@ def test_expert_turns_about_the_vertical_only_from_a_tilted_hand():
         env.step(tilt)
     actions = env.expert_actions().numpy()
     assert not actions[:, 3:5].any() and np.abs(actions[:, :3]).max() > 0
+
+
+def test_expert_goes_on_down_from_a_hand_that_came_in_low_and_level_with_the_cube():
+    """A policy under DAgger may skip the expert's waypoint above the cube; from a hand already level with the
+    cube and low, the expert's label descends to grasp instead of rising back to the waypoint."""
+    env = make_env(EnvConfig(suite="tabletop-lang", task="pick", num_envs=4, max_episode_steps=80))
+    env.reset(seed=0)
+    for _ in range(40):  # straight at a point 3 cm over the named cube, not through the waypoint 8 cm over
+        frame = env._frame()
+        wanted = frame.main + np.array([0.0, 0.0, 0.03])
+        move = np.clip((wanted - env._controller.target_pos) / POS_SCALE, -1.0, 1.0)
+        actions = torch.zeros(4, 1, 7)
+        actions[:, 0, :3] = torch.from_numpy(move)
+        actions[:, 0, 6] = -1.0
+        env.step(actions)
+    frame = env._frame()
+    level = np.linalg.norm(frame.ee[:, :2] - frame.main[:, :2], axis=-1) < 0.01
+    assert level.sum() >= 3
+    actions = env.expert_actions().numpy()[level]
+    assert (actions[:, 2] < 0).all() and (actions[:, 6] == -1.0).all()  # down, open
