@@ -28,6 +28,7 @@ PUSH_BACKOFF = 0.07  # m behind the cube where a push starts
 PUSH_CONTACT = 0.038  # m from cube centre to the hand when touching it
 PUSH_MAX_LATERAL = 0.02  # m off the push line before the expert lifts and realigns
 LOST_GRASP = 0.05  # m between hand and cube while carrying: the cube was dropped, grasp again
+HELD_LIFT = 0.01  # m above its resting height: a cube near the hand and this high is in the hand
 
 Target = Callable[[TaskFrame], np.ndarray]
 
@@ -138,6 +139,7 @@ class ScriptedExpert:
         gripper = np.zeros(n)
         self._realign_pushes(frame)
         self._regrasp_drops(frame)
+        self._carry_on_grasps(frame)
         for t, name in enumerate(TASK_NAMES):
             stages = STAGES[name]
             for k, stage in enumerate(stages):
@@ -189,6 +191,19 @@ class ScriptedExpert:
         lost = np.isin(f.task, _GRASPING) & np.isin(self.phase, _CARRY_PHASES) & ~held
         self.phase[lost] = 0
         self.count[lost] = 0
+
+    def _carry_on_grasps(self, f: TaskFrame) -> None:
+        """A cube already lifted in the hand before the expert's own grasp (another driver grasped it, a
+        policy under DAgger) is carried on: the expert does not send the hand back down to grasp it again."""
+        taken = np.isin(f.task, _GRASPING) & (self.phase < _CARRY_PHASES[0]) & _held(f)
+        self.phase[taken] = _CARRY_PHASES[0]
+        self.count[taken] = 0
+
+
+def _held(f: TaskFrame) -> np.ndarray:
+    """[N] the main cube is in the hand: close to it and off the table."""
+    near = np.linalg.norm(f.ee - f.main, axis=-1) < LOST_GRASP
+    return near & (f.main[:, 2] > CUBE_HALF + HELD_LIFT)
 
 
 def _subset(f: TaskFrame, ids: np.ndarray) -> TaskFrame:

@@ -7,6 +7,7 @@ import torch
 from embodrl.sims.config import EnvConfig
 from embodrl.sims.registry import make_env
 from embodrl.sims.tabletop.controller import POS_SCALE
+from embodrl.sims.tabletop.scene import CUBE_HALF
 from embodrl.sims.tabletop.tasks import TASK_NAMES
 
 EPISODES = 100
@@ -57,3 +58,20 @@ def test_expert_goes_on_down_from_a_hand_that_came_in_low_and_level_with_the_cub
     assert level.sum() >= 3
     actions = env.expert_actions().numpy()[level]
     assert (actions[:, 2] < 0).all() and (actions[:, 6] == -1.0).all()  # down, open
+
+
+def test_expert_carries_on_a_cube_another_driver_lifted():
+    """Under DAgger the policy may grasp and lift before the expert's own grasp phase; the expert's label
+    then keeps the gripper closed and lifts, not back down to grasp with the gripper open."""
+    env = make_env(EnvConfig(suite="tabletop-lang", task="pick", num_envs=4, max_episode_steps=80))
+    env.reset(seed=0)
+    lifted = np.zeros(4, bool)
+    for _ in range(80):  # the expert grasps and starts lifting (success, 5 cm up, would end the episode)
+        env.step(env.expert_actions()[:, None])
+        lifted = env._frame().main[:, 2] > CUBE_HALF + 0.015
+        if lifted.any():
+            break
+    assert lifted.any()
+    env._expert.reset(np.arange(4))  # as if a policy had done it: the expert's phases start over
+    actions = env.expert_actions().numpy()[lifted]
+    assert (actions[:, 6] == 1.0).all() and (actions[:, 2] > 0).all()  # closed, up
