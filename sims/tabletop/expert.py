@@ -4,9 +4,10 @@ Each stage names a target for the controller's target point, a gripper command, 
 done (hand within `tol` of the target, or after `wait` steps); the last stage holds. Actions
 steer the controller's target (not the lagging hand) so the arm never overshoots a waypoint.
 
-A waypoint above the next one (over the cube before the descent) is also done once the hand is under it
-within `xy_tol`: a hand that came in low and level with the cube goes on down, not back up. The expert's
-own path meets its waypoints from above; another driver's (a policy played under DAgger) need not.
+A waypoint above the next one (over the cube before the descent) is also done once the hand is under it,
+level within `xy_tol`: a hand that came in low beside the cube goes on down, not back up. The expert's
+own path meets its waypoints within `tol` before it could pass under them; another driver's (a policy
+played under DAgger) need not.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ class Stage:
     gripper: float
     tol: float = 0.0  # done when the hand is this close (0: never)
     wait: int = 0  # done after this many steps (0: never)
-    xy_tol: float = 0.0  # also done when the hand is this close horizontally and not above it (0: never)
+    # also done when the hand is this close horizontally and more than `tol` under the target (0: never);
+    # the expert's own path reaches `tol` first, so its demos are as without the rule
+    xy_tol: float = 0.0
 
 
 def _offset(base: Callable[[TaskFrame], np.ndarray], dx=0.0, dy=0.0, dz=0.0) -> Target:
@@ -152,7 +155,7 @@ class ScriptedExpert:
                 reached = np.linalg.norm(sub.ee - target[ids], axis=-1) < stage.tol
                 if stage.xy_tol:
                     level = np.linalg.norm(sub.ee[:, :2] - target[ids, :2], axis=-1) < stage.xy_tol
-                    reached |= level & (sub.ee[:, 2] < target[ids, 2] + stage.tol)
+                    reached |= level & (sub.ee[:, 2] < target[ids, 2] - stage.tol)
                 waited = self.count[ids] + 1 >= stage.wait if stage.wait else np.zeros(ids.size, bool)
                 advance = (reached | waited) & (k + 1 < len(stages))
                 self.count[ids] = np.where(advance, 0, self.count[ids] + 1)
