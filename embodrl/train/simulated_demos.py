@@ -109,7 +109,8 @@ class SimulatedDemos:
 
     # ---- filling -------------------------------------------------------------------------------------
     def step(self) -> None:
-        """One expert step of every env; episodes that end successfully enter the pool."""
+        """One step of every env: the expert's action, pushed during a burst, or the policy's; every step is
+        labelled with the expert's. The expert's successful episodes and all the policy's enter the pool."""
         obs = self.obs
         actions = self.env.expert_actions().float()  # [N, A]
         pushed = self._pushes()
@@ -119,7 +120,7 @@ class SimulatedDemos:
         executed = actions.clone()
         executed[:, :POSITION_DIMS] = (executed[:, :POSITION_DIMS] + pushed.to(executed.device)).clamp(-1, 1)
         if self.driven.any():
-            executed[self.driven] = self._policy_actions(obs).to(executed)
+            executed[self.driven.to(executed.device)] = self._policy_actions(obs).to(executed)
         result = self.env.step(executed[:, None, :])
         done = result.done.cpu().nonzero().flatten().tolist()
         for i in done:
