@@ -147,3 +147,29 @@ def test_pretrain_on_the_expert_played_live_learns_reach(tmp_path, capsys):
     assert "source: expert" in (run_dir / "config.yaml").read_text()
     summary = json.loads((run_dir / "final_eval.json").read_text())
     assert summary["success_rate"] >= 0.7 and summary["samples"] > 400 * 128 / 2 * 0.9
+
+
+def test_pretrain_plays_the_policy_it_trains_under_dagger(tmp_path):
+    main(
+        [
+            "pretrain",
+            "reach_ppo",
+            "env.num_envs=4",
+            "env.max_episode_steps=20",
+            "policy.family=flow",
+            "sft.steps=20",
+            "sft.batch_size=32",
+            "sft.eval_every=0",
+            "sft.eval_episodes=2",
+            "sft.videos=0",
+            "sft.stream_pool=512",
+            "sft.stream_policy_share=1.0",
+            "train.tensorboard=false",
+            f"run_root={tmp_path}",
+        ]
+    )
+    (run_dir,) = (tmp_path / "reach_ppo").iterdir()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in rows if "sft/policy_episodes" in r][-1]
+    assert last["sft/policy_episodes"] > 0 and last["sft/expert_episodes"] == 0  # the policy played them all
+    assert 0.0 <= last["sft/policy_success"] <= 1.0
