@@ -23,6 +23,17 @@ def seeded_torch_rng(seed: int, device: torch.device) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def in_eval_mode(policy: torch.nn.Module) -> Iterator[None]:
+    """Inside: `policy` in eval mode; after: back in the mode it was in (training, for a training run)."""
+    was_training = policy.training
+    policy.eval()
+    try:
+        yield
+    finally:
+        policy.train(was_training)
+
+
 def evaluate_policy(
     policy: torch.nn.Module,
     env: VecEnv,
@@ -42,20 +53,15 @@ def evaluate_policy(
     a fork, so the result is a function of the weights and the episodes (two evaluations of one
     checkpoint agree) and the caller's random stream is left as it was.
     """
-    was_training = policy.training
-    policy.eval()
-    try:
-        with seeded_torch_rng(seed, next(policy.parameters()).device):
-            results = run_episodes(
-                env,
-                lambda obs: policy.act(obs, deterministic=deterministic).actions,
-                episodes,
-                record=record,
-                first_state_id=first_state_id,
-                progress=progress,
-            )
-    finally:
-        policy.train(was_training)
+    with in_eval_mode(policy), seeded_torch_rng(seed, next(policy.parameters()).device):
+        results = run_episodes(
+            env,
+            lambda obs: policy.act(obs, deterministic=deterministic).actions,
+            episodes,
+            record=record,
+            first_state_id=first_state_id,
+            progress=progress,
+        )
     if video_dir is not None:
         for episode, frames in results.frames.items():
             if frames:

@@ -27,7 +27,7 @@ from embodrl.sims.config import NO_SIMULATOR
 from embodrl.sims.registry import make_env
 from embodrl.train.best import BestCheckpoint
 from embodrl.train.episodes import EpisodeResults
-from embodrl.train.evaluation import eval_metrics, evaluate_policy, summarize
+from embodrl.train.evaluation import eval_metrics, evaluate_policy, in_eval_mode, summarize
 from embodrl.train.memory import estimate_policy_memory
 from embodrl.train.policy_setup import PolicySpace, build_policy, build_policy_for
 from embodrl.train.runner import Runner, warn_unsaved
@@ -185,13 +185,8 @@ class SFTRunner(Runner):
 
     def _stream_policy_chunks(self, obs: TensorDict) -> torch.Tensor:
         """The action chunks the policy as it trains now takes in the stream's episodes it plays (DAgger)."""
-        was_training = self.policy.training
-        self.policy.eval()
-        try:
-            with torch.no_grad():
-                return self.policy.act(obs.to(self.cfg.device), deterministic=True).actions
-        finally:
-            self.policy.train(was_training)
+        with in_eval_mode(self.policy), torch.no_grad():
+            return self.policy.act(obs.to(self.cfg.device), deterministic=True).actions
 
     def _sample_keys(self) -> list[str]:
         """What a sample holds: the actor's inputs and the auxiliary SFT targets (task ids come apart)."""
