@@ -190,8 +190,7 @@ class ScriptedExpert:
 
     def _regrasp_drops(self, f: TaskFrame) -> None:
         """A cube that left the hand while being carried is picked up again."""
-        held = np.linalg.norm(f.ee - f.main, axis=-1) < LOST_GRASP
-        lost = np.isin(f.task, _GRASPING) & np.isin(self.phase, _CARRY_PHASES) & ~held
+        lost = np.isin(f.task, _GRASPING) & np.isin(self.phase, _CARRY_PHASES) & ~_at_hand(f)
         self.phase[lost] = 0
         self.count[lost] = 0
 
@@ -203,10 +202,14 @@ class ScriptedExpert:
         self.count[taken] = 0
 
 
+def _at_hand(f: TaskFrame) -> np.ndarray:
+    """[N] the main cube is within grasping distance of the hand."""
+    return np.linalg.norm(f.ee - f.main, axis=-1) < LOST_GRASP
+
+
 def _held(f: TaskFrame) -> np.ndarray:
-    """[N] the main cube is in the hand: close to it and off the table."""
-    near = np.linalg.norm(f.ee - f.main, axis=-1) < LOST_GRASP
-    return near & (f.main[:, 2] > CUBE_HALF + HELD_LIFT)
+    """[N] the main cube is in the hand: at hand and off the table."""
+    return _at_hand(f) & (f.main[:, 2] > CUBE_HALF + HELD_LIFT)
 
 
 def _subset(f: TaskFrame, ids: np.ndarray) -> TaskFrame:
