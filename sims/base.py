@@ -165,6 +165,12 @@ class VecEnv(ABC):
         """The scripted expert's next action [N, A] per env, for suites that have one."""
         raise UserError(f"suite {type(self).__name__} has no scripted expert; use a tabletop suite for demos")
 
+    def task_progress(self) -> torch.Tensor:
+        """[N] in [0, 1]: how far each env's task has come (a shaped potential), where measured."""
+        raise UserError(
+            f"suite {type(self).__name__} measures no task progress; use intervention.trigger=deviation"
+        )
+
     def instructions(self, task_id: torch.Tensor) -> list[str]:
         """Instruction strings for a [N] tensor of task ids (obs["task_id"])."""
         table = self.instruction_table

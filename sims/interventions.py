@@ -1,12 +1,15 @@
 """Simulated human interventions (HIL-SERL, HG-DAgger): the env's scripted expert takes over an env once
-the learning policy strays from it, drives a few decisions, and hands back.
+the learning policy strays or stalls, drives a few decisions, and hands back.
 
-The rule (`intervention.*`, train/intervention_config.py): a decision strays when the mean |policy action -
-expert action| over the action's elements exceeds `threshold`; after `patience` straying decisions in a row
-the expert drives the next `steps` decisions of that env (the decision that tripped the rule included). A
-takeover ends early with its episode. The off-policy runner, or a simulated actor of `embodrl learner`,
-flags the expert's decisions; the learner keeps them in the demo buffer besides the online one, and logs
-the share of decisions the expert drove as `rollout/intervention_rate`.
+The rule (`intervention.*`, train/intervention_config.py) counts decisions that go against the policy, by
+`trigger`: `deviation`, the mean |policy action - expert action| over the action's elements exceeds
+`threshold` (a strict teacher: a different route that also works counts against the policy); `stall`, the
+task's progress (VecEnv.task_progress) has not risen by more than `min_progress` above its level at the
+policy's last headway (a watcher who steps in when the robot gets nowhere). After `patience` such
+decisions in a row the expert drives the next `steps` decisions of that env (the decision that tripped the
+rule included). A takeover ends early with its episode. The off-policy runner, or a simulated actor of
+`embodrl learner`, flags the expert's decisions; the learner keeps them in the demo buffer besides the
+online one, and logs the share of decisions the expert drove as `rollout/intervention_rate`.
 """
 
 from __future__ import annotations
@@ -22,9 +25,19 @@ class TakeoverRule(Protocol):
     """When the expert takes over (InterventionConfig has these fields)."""
 
     mode: str
+    trigger: str
     threshold: float
+    min_progress: float
     patience: int
     steps: int
+
+
+class ExpertEnv(Protocol):
+    """What the intervener reads of the env (VecEnv has both)."""
+
+    def expert_actions(self) -> torch.Tensor: ...
+
+    def task_progress(self) -> torch.Tensor: ...
 
 
 class ScriptedIntervener:
@@ -37,19 +50,21 @@ class ScriptedIntervener:
                 f"{chunk_size} would need chunks: set policy.chunk_size=1"
             )
         self.cfg = cfg
-        self.straying = torch.zeros(num_envs, dtype=torch.long)  # consecutive straying decisions
+        self.straying = torch.zeros(num_envs, dtype=torch.long)  # consecutive decisions against the policy
         self.remaining = torch.zeros(num_envs, dtype=torch.long)  # decisions the expert still drives
+        self.headway = torch.full((num_envs,), -torch.inf)  # stall: the progress the policy last rose to
         self.decisions = self.driven = self.takeovers = 0
 
-    def choose(
-        self, policy_actions: torch.Tensor, expert_actions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def choose(self, policy_actions: torch.Tensor, env: ExpertEnv) -> tuple[torch.Tensor, torch.Tensor]:
         """The executed chunks [N, 1, A] and which of them the expert drove [N] (bool), from the policy's
-        chunks [N, 1, A] and the expert's actions [N, A]."""
-        expert = expert_actions.to(policy_actions).view_as(policy_actions)
+        chunks [N, 1, A] and the env's expert actions [N, A] (and task progress [N] for `stall`)."""
+        expert = env.expert_actions().to(policy_actions).view_as(policy_actions)
         free = self.remaining == 0
-        strays = (policy_actions - expert).abs().flatten(1).mean(1).cpu() > self.cfg.threshold
-        self.straying = torch.where(free & strays, self.straying + 1, torch.zeros_like(self.straying))
+        if self.cfg.trigger == "stall":
+            against = self._stalled(env.task_progress().float().cpu(), free)
+        else:
+            against = (policy_actions - expert).abs().flatten(1).mean(1).cpu() > self.cfg.threshold
+        self.straying = torch.where(free & against, self.straying + 1, torch.zeros_like(self.straying))
         takeover = free & (self.straying >= self.cfg.patience)
         self.remaining[takeover] = self.cfg.steps
         self.straying[takeover] = 0
@@ -61,10 +76,18 @@ class ScriptedIntervener:
         mask = driven.to(policy_actions.device)
         return torch.where(mask.view(-1, 1, 1), expert, policy_actions), mask
 
+    def _stalled(self, progress: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
+        """[N] bool: the policy made no headway (progress not above its last headway + min_progress); while
+        the expert drives, its progress becomes the level the policy starts from."""
+        headway = progress > self.headway + self.cfg.min_progress
+        self.headway = torch.where(headway | ~free, progress, self.headway)
+        return ~headway
+
     def end_episodes(self, done: torch.Tensor) -> None:
         """Envs whose episode ended start their next one with the policy in control."""
         done = done.cpu()
         self.straying[done], self.remaining[done] = 0, 0
+        self.headway[done] = -torch.inf
 
     def pop_metrics(self, episodes: float) -> dict[str, float]:
         """Since the last call: the share of decisions the expert drove and its takeovers per episode."""

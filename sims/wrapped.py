@@ -54,6 +54,9 @@ class WrappedEnv(VecEnv):
     def expert_actions(self) -> torch.Tensor:
         return self.env.expert_actions()
 
+    def task_progress(self) -> torch.Tensor:
+        return self.env.task_progress()
+
     def instructions(self, task_id: torch.Tensor) -> list[str]:
         return self.env.instructions(task_id)
 

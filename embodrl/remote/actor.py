@@ -202,7 +202,7 @@ class SimActor:
                 actions = self._actions(obs)
                 driven = None
                 if self.intervener is not None:  # the expert drives the envs whose policy strayed
-                    actions, driven = self.intervener.choose(actions, self.env.expert_actions())
+                    actions, driven = self.intervener.choose(actions, self.env)
                 result = self.env.step(actions)
                 step = transition(obs, actions, result, self.keys)
                 if self.intervener is not None:  # flagged: the learner keeps them as demos too

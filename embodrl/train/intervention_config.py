@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from embodrl.choices import check_choice, check_positive
 
 INTERVENERS = ("none", "expert")
+TRIGGERS = ("deviation", "stall")
 
 
 @dataclass
@@ -15,14 +16,21 @@ class InterventionConfig:
     env's scripted expert drives an env once the policy strays from it, and its steps join the demos."""
 
     mode: str = "none"  # INTERVENERS; expert: the env's scripted expert (VecEnv.expert_actions)
-    # a decision strays when the mean |policy action - expert action| over the action's elements exceeds
-    # this (env units; the tabletop's actions lie in [-1, 1])
+    # TRIGGERS: what counts against the policy. deviation: its action differs from the expert's;
+    # stall: the task's progress (VecEnv.task_progress) did not rise since the policy's last headway
+    trigger: str = "deviation"
+    # deviation: a decision strays when the mean |policy action - expert action| over the action's
+    # elements exceeds this (env units; the tabletop's actions lie in [-1, 1])
     threshold: float = 0.5
-    patience: int = 3  # consecutive straying decisions before the expert takes over
+    # stall: headway is progress (in [0, 1]) above the last headway's level by more than this
+    min_progress: float = 0.005
+    patience: int = 3  # consecutive decisions against the policy before the expert takes over
     steps: int = 10  # decisions the expert then drives before it hands back
 
     def __post_init__(self) -> None:
         check_choice("intervention.mode", self.mode, INTERVENERS)
+        check_choice("intervention.trigger", self.trigger, TRIGGERS)
         check_positive("intervention.threshold", self.threshold)
+        check_positive("intervention.min_progress", self.min_progress)
         check_positive("intervention.patience", self.patience)
         check_positive("intervention.steps", self.steps)

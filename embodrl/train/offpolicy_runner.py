@@ -177,6 +177,8 @@ class OffPolicyRunner(Runner):
             env.num_init_states, (env.num_envs,), generator=self.generators["init_states"]
         )
         obs = env.reset_to(state_ids)
+        if self.intervener is not None:  # fresh episodes: the policy drives (and resume stays exact)
+            self.intervener.end_episodes(torch.ones(env.num_envs, dtype=torch.bool))
         stored = self.algo.stored_obs(obs)  # what the buffer keeps: cameras as frozen features
         tracker = EpisodeTracker.zeros(env.num_envs, episode_limit=self.cfg.env.max_episode_steps)
         record: dict[str, list[torch.Tensor]] = {"reward": [], "steps": [], "done": [], "success": []}
@@ -187,7 +189,7 @@ class OffPolicyRunner(Runner):
             actions = self.policy.act(obs).actions if learning else self._random_actions()
             driven = None
             if self.intervener is not None:  # the expert drives the envs whose policy strayed
-                actions, driven = self.intervener.choose(actions, env.expert_actions())
+                actions, driven = self.intervener.choose(actions, env)
             result = env.step(actions)
             stored_next = self.algo.stored_obs(result.final_obs)  # the finished episode's last
             transitions = step_transitions(stored, actions, result.reward, stored_next, result.terminated)
