@@ -17,12 +17,11 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from embodrl.errors import UserError
 from embodrl.obs_keys import IMAGE_KEYS
 from embodrl.policies.config import PolicyConfig
 from embodrl.policies.vla.modeling import VLABackbone, pool
 from embodrl.policies.vla.prefix import check_vla_obs_keys
-from embodrl.policies.vla.tokenizer import read_instructions, tokenize_instructions, train_tokenizer
+from embodrl.policies.vla.tokenizer import read_instructions, train_tokenizer
 
 STATE_BINS = 256
 
@@ -130,30 +129,16 @@ class VLAFlowPrefix(nn.Module):
     def forward(self, obs: TensorDict, state: torch.Tensor | None, augment: bool = False) -> PrefixCache:
         """Run the prefix once; `state` is the normalized (unpadded) state [N, S] or None; `augment`
         shifts the images at random by up to `policy.image_shift` (SFT)."""
-        for key in self.image_keys:
-            if key not in obs.keys():
-                raise UserError(f"observation lacks camera {key!r}; present: {sorted(obs.keys())}")
         backbone = self.backbone
-        device = backbone.language_model.embed_tokens.weight.device
-        instructions = read_instructions(obs, backbone.instruction_table)
         prompts = make_prompts(
-            self.variant, instructions, state, self.clean_instruction, self.prompt_state_dim
+            self.variant,
+            read_instructions(obs, backbone.instruction_table),
+            state,
+            self.clean_instruction,
+            self.prompt_state_dim,
         )
-        ids, ids_mask = tokenize_instructions(
-            backbone.tokenizer, prompts, backbone.max_instruction_tokens, device
-        )
-        text = backbone.embed_tokens(ids)  # Gemma scales token embeddings by sqrt(width), not images
-        parts, masks = [], []
-        if self.image_keys:
-            images = torch.cat([obs[key] for key in self.image_keys], dim=0)  # one tower pass for all cameras
-            shift = self.image_shift if augment else 0
-            patches = backbone.encode_images(images, shift, (text, ids_mask))
-            for camera in patches.chunk(len(self.image_keys), dim=0):
-                parts.append(camera)
-                masks.append(torch.ones(camera.shape[:2], dtype=torch.bool, device=device))
-        parts.append(text)
-        masks.append(ids_mask)
-        embeds, mask = torch.cat(parts, dim=1), torch.cat(masks, dim=1)  # [N, P, H], [N, P]
+        prefix = backbone.embed_prefix(obs, None, self.image_shift if augment else 0, prompts)
+        embeds, mask = prefix.embeds, prefix.mask  # [N, P, H], [N, P]: [images][prompt, right-padded]
         n, p = mask.shape
         out = backbone.language_model(
             inputs_embeds=embeds,

@@ -177,15 +177,25 @@ class VLABackbone(nn.Module):
         """Token ids [N, T] -> input embeddings [N, T, hidden]."""
         return self.language_model.embed_tokens(ids)
 
-    def embed_prefix(self, obs: TensorDict, state: torch.Tensor | None, image_shift: int = 0) -> Prefix:
+    def embed_prefix(
+        self,
+        obs: TensorDict,
+        state: torch.Tensor | None,
+        image_shift: int = 0,
+        prompts: list[str] | None = None,
+    ) -> Prefix:
         """Prefix of an observation batch; `state` is the already normalized proprio state [N, S];
-        `image_shift`: see `encode_images`.
+        `image_shift`: see `encode_images`; `prompts` replace the instructions obs names as the text
+        (the flow VLA's pi0 / pi05 prompts).
 
         "plain": [images][instruction, right-padded][state]; "openvla": [BOS][images][state][prompt,
         left-padded], so real tokens sit where OpenVLA(-OFT) puts them once positions skip the padding.
         """
+        for key in self.image_keys:
+            if key not in obs.keys():
+                raise UserError(f"observation lacks camera {key!r}; present: {sorted(obs.keys())}")
         device = self.language_model.embed_tokens.weight.device
-        instructions = read_instructions(obs, self.instruction_table)
+        instructions = read_instructions(obs, self.instruction_table) if prompts is None else prompts
         if self.prompt_format == "openvla":
             bos, ids, ids_mask = tokenize_openvla_prompts(
                 self.tokenizer, instructions, self.max_instruction_tokens, device

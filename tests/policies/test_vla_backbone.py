@@ -64,6 +64,10 @@ def test_wrong_image_size_and_missing_instruction_are_user_errors(backbone):
     del obs["instruction"]
     with pytest.raises(UserError, match="instruction"):
         backbone.embed_prefix(obs, torch.randn(N, S))
+    obs = make_obs()
+    del obs[backbone.image_keys[0]]
+    with pytest.raises(UserError, match=f"lacks camera '{backbone.image_keys[0]}'"):
+        backbone.embed_prefix(obs, torch.randn(N, S))
     with pytest.raises(UserError, match="64x64.*policy.vla.image_size=32"):
         backbone.encode_images(torch.zeros(2, 32, 32, 3, dtype=torch.uint8))
 
