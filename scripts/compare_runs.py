@@ -1,5 +1,6 @@
 """Plot several RL runs' success against RL wall-clock minutes on one figure: the rollout success (stochastic,
-a moving mean over --window iterations) as a line, the deterministic evaluations as markers.
+a moving mean over --window iterations) as a line, the deterministic evaluations as markers; each
+--panel KEY adds a panel below with that metric's moving mean (e.g. rollout/intervention_rate).
 
     python scripts/compare_runs.py --out docs/img/curves.png "seed 0=runs/exp/a/RUN" "seed 1=runs/exp/b/RUN"
 """
@@ -28,13 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the PNG to write")
     parser.add_argument("--window", type=int, default=10, help="iterations in the rollout moving mean")
     parser.add_argument("--title", default="", help="figure title")
+    parser.add_argument(
+        "--panel", action="append", default=[], metavar="KEY", help="a metric drawn in a panel of its own"
+    )
     args = parser.parse_args(argv)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, axes = plt.subplots(
+        1 + len(args.panel), 1, figsize=(7, 4 + 2.5 * len(args.panel)), sharex=True, squeeze=False
+    )
+    ax, panels = axes[0, 0], [a for (a,) in axes[1:]]
     for spec in args.runs:
         label, sep, folder = spec.partition("=")
         rows = read_metrics(Path(folder)) if sep else []
@@ -48,11 +55,19 @@ def main(argv: list[str] | None = None) -> int:
         evals = [(r["time/wall"] / 60, r["eval/success"]) for r in rows if "eval/success" in r]
         if evals:
             ax.plot(*zip(*evals, strict=True), "o", color=line.get_color(), label=f"{label}: evaluation")
-    ax.set_xlabel("RL wall-clock (minutes)")
+        for key, panel in zip(args.panel, panels, strict=True):
+            points = [(r["time/wall"] / 60, r[key]) for r in rows if key in r]
+            if points:
+                at, values = zip(*points, strict=True)
+                panel.plot(at, moving_mean(list(values), args.window), color=line.get_color(), label=label)
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    for key, panel in zip(args.panel, panels, strict=True):
+        panel.set_ylabel(key)
+    for a in (ax, *panels):
+        a.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("RL wall-clock (minutes)")
     if args.title:
         ax.set_title(args.title)
     fig.tight_layout()

@@ -15,12 +15,18 @@ def write_run(folder: Path, successes: list[float]) -> Path:
             "iteration": i + 1,
             "time/wall": 60.0 * (i + 1),
             "rollout/success": s,
+            "rollout/intervention_rate": 1.0 - s,
             **({"eval/success": s} if i % 2 else {}),
         }
         for i, s in enumerate(successes)
     ]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return folder
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[16:24]  # the IHDR chunk's width and height
+    return int.from_bytes(header[:4], "big"), int.from_bytes(header[4:], "big")
 
 
 def test_moving_mean_averages_the_last_window_values():
@@ -32,5 +38,8 @@ def test_writes_a_figure_of_every_run_and_refuses_a_folder_without_metrics(tmp_p
     out = tmp_path / "curves.png"
     assert script["main"]([f"seed 0={a}", f"seed 1={b}", "--out", str(out)]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
+    tall = tmp_path / "with_panel.png"
+    assert script["main"]([f"a={a}", "--panel", "rollout/intervention_rate", "--out", str(tall)]) == 0
+    assert png_size(tall)[1] > png_size(out)[1]  # the panel below the success plot
     assert script["main"]([f"x={tmp_path / 'nowhere'}", "--out", str(out)]) == 2
     assert "LABEL=RUN_DIR" in capsys.readouterr().err
