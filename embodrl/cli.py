@@ -218,7 +218,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     import json
     from pathlib import Path
 
-    from embodrl.config import compose
+    from embodrl.config import compose, run_config_file
     from embodrl.policies.loading import load_policy
     from embodrl.sims.registry import make_env
     from embodrl.train.evaluation import evaluate_policy, summarize
@@ -227,9 +227,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
 
     checkpoint = Path(args.checkpoint)
     # A checkpoint inside a run folder (runs/x/t/checkpoints/last/policy) evaluates in that run's env.
-    saved = next(
-        (p / "config.yaml" for p in checkpoint.resolve().parents if (p / "config.yaml").is_file()), None
-    )
+    saved = run_config_file(checkpoint)
     cfg = compose(str(saved) if saved else None, args.overrides)
     policy = load_policy(checkpoint, device=cfg.device)
     # Never inside the checkpoint folder, which the next save of a resumed run replaces: beside the

@@ -135,6 +135,12 @@ def compose(experiment: str | None = None, overrides: list[str] | tuple[str, ...
     return merge_to_object(ExperimentConfig, *group_layers, body, overrides=key_overrides)
 
 
+def run_config_file(checkpoint: str | Path) -> Path | None:
+    """The config.yaml of the run a checkpoint lies in (runs/x/t/checkpoints/last/policy), or None."""
+    parents = Path(checkpoint).resolve().parents
+    return next((p / "config.yaml" for p in parents if (p / "config.yaml").is_file()), None)
+
+
 def to_yaml(cfg: ExperimentConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(cfg))
 
