@@ -23,6 +23,20 @@ from embodrl.sims.registry import make_env
 from embodrl.train.evaluation import in_eval_mode
 
 
+class Decision:
+    """One decision's expert action and task progress, read from the env once: reading the expert advances
+    its stages, so both rules must see the same read."""
+
+    def __init__(self, env) -> None:
+        self.expert, self.progress = env.expert_actions(), env.task_progress()
+
+    def expert_actions(self) -> torch.Tensor:
+        return self.expert
+
+    def task_progress(self) -> torch.Tensor:
+        return self.progress
+
+
 def one_step_rule(cfg, trigger: str) -> ScriptedIntervener:
     """The run's rule with `trigger`, whose takeovers last one decision: each trip is counted, then the
     count starts again."""
@@ -55,11 +69,11 @@ def main(argv: list[str] | None = None) -> int:
             while True:
                 with torch.no_grad():
                     actions = policy.act(obs, deterministic=not args.stochastic).actions
-                gaps.append((actions.flatten() - env.expert_actions().flatten().to(actions)).abs())
-                progress = float(env.task_progress()[0])
+                decision = Decision(env)
+                gaps.append((actions.flatten() - decision.expert.flatten().to(actions)).abs())
                 for trigger, rule in rules.items():
-                    if rule.choose(actions, env)[1].item() and trigger == "stall":
-                        stall_levels.append(round(progress, 2))
+                    if rule.choose(actions, decision)[1].item() and trigger == "stall":
+                        stall_levels.append(round(float(decision.progress[0]), 2))
                 result = env.step(actions)
                 obs, won = result.obs, won or bool(result.success[0])
                 if bool(result.done[0]):

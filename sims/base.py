@@ -162,7 +162,8 @@ class VecEnv(ABC):
         """Video frames uint8 [n, H, W, 3] of envs `env_ids` (default all)."""
 
     def expert_actions(self) -> torch.Tensor:
-        """The scripted expert's next action [N, A] per env, for suites that have one."""
+        """The scripted expert's next action [N, A] per env, for suites that have one. Reading it advances
+        the expert's stages: one read per step."""
         raise UserError(f"suite {type(self).__name__} has no scripted expert; use a tabletop suite for demos")
 
     def task_progress(self) -> torch.Tensor:
