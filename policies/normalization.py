@@ -29,11 +29,25 @@ def compute_stats(data: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 class Normalizer(nn.Module):
-    """Normalizes one vector-valued key [..., D] by mean/std, by q01/q99 to [-1, 1], or not at all."""
+    """Normalizes one vector-valued key [..., D] by mean/std, by q01/q99 to [-1, 1], or not at all.
 
-    def __init__(self, key: str, dim: int, mode: str, min_std: float = 0.0, clip: float = 0.0) -> None:
+    `hold_constant`: a dimension constant in the stats (spread under EPS) is read as that constant, since
+    `unnormalize` maps every output there back to it. Actions use it: a label that moves a dimension the
+    demos never moved (a human's wrist roll in a takeover) would otherwise be divided by EPS.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        dim: int,
+        mode: str,
+        min_std: float = 0.0,
+        clip: float = 0.0,
+        hold_constant: bool = False,
+    ) -> None:
         super().__init__()
         self.key, self.dim, self.mode, self.min_std, self.clip = key, dim, mode, min_std, clip
+        self.hold_constant = hold_constant
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("std", torch.ones(dim))
         self.register_buffer("q01", -torch.ones(dim))
@@ -55,9 +69,15 @@ class Normalizer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Env units -> normalized units (clipped to [-clip, clip] when clip > 0)."""
         if self.mode == "mean_std":
-            x = (x - self.mean) / (self.std.clamp_min(self.min_std) + EPS)
+            scale = self.std.clamp_min(self.min_std)
+            if self.hold_constant:
+                x = torch.where(scale < EPS, self.mean, x)
+            x = (x - self.mean) / (scale + EPS)
         elif self.mode == "quantile":
-            x = 2 * (x - self.q01) / (self.q99 - self.q01 + EPS) - 1
+            spread = self.q99 - self.q01
+            if self.hold_constant:
+                x = torch.where(spread < EPS, self.q01, x)
+            x = 2 * (x - self.q01) / (spread + EPS) - 1
         return x.clamp(-self.clip, self.clip) if self.clip > 0 else x
 
     def unnormalize(self, x: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ def make_normalizers(cfg: PolicyConfig, obs_shapes: dict[str, tuple[int, ...]]) 
         for key in VECTOR_KEYS
         if key in cfg.normalized_keys and key in obs_shapes
     }
-    norms["action"] = Normalizer("action", cfg.action_dim, cfg.action_normalization)
+    norms["action"] = Normalizer("action", cfg.action_dim, cfg.action_normalization, hold_constant=True)
     return nn.ModuleDict(norms)
 
 

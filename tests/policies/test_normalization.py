@@ -51,3 +51,24 @@ def test_normalized_values_are_clipped_and_unclipped_when_clip_is_zero():
     x = torch.tensor([[1.0, -2.0]])  # 100 std out in the first dim
     torch.testing.assert_close(clipped(x), torch.tensor([[5.0, -2.0]]), atol=1e-4, rtol=1e-4)
     assert free(x)[0, 0] > 99
+
+
+@pytest.mark.parametrize("mode", ["mean_std", "quantile"])
+def test_held_constant_dims_read_a_label_that_moves_them_as_the_constant(mode):
+    demos = torch.stack([torch.linspace(-1, 1, 50), torch.zeros(50)], dim=1)  # dim 1 never moves
+    held, raw = Normalizer("action", 2, mode, hold_constant=True), Normalizer("action", 2, mode)
+    held.set_stats(compute_stats(demos))
+    raw.set_stats(compute_stats(demos))
+    takeover = torch.tensor([[0.5, 0.3]])  # a human rolls the wrist the demos never rolled
+    assert raw(takeover)[0, 1].abs() > 1e4  # the division by EPS this guards against
+    torch.testing.assert_close(held(takeover), held(torch.tensor([[0.5, 0.0]])))
+    torch.testing.assert_close(held(takeover)[0, 0], raw(takeover)[0, 0])  # moving dims unchanged
+    torch.testing.assert_close(held.unnormalize(held(takeover)), torch.tensor([[0.5, 0.0]]), atol=1e-5, rtol=0)
+
+
+def test_policies_hold_constant_action_dims_but_not_state_dims():
+    from embodrl.policies.config import PolicyConfig
+    from embodrl.policies.modules.obs_encoder import make_normalizers
+
+    norms = make_normalizers(PolicyConfig(action_dim=2), {"state": (3,)})
+    assert norms["action"].hold_constant and not norms["state"].hold_constant
