@@ -63,7 +63,8 @@ def test_held_constant_dims_read_a_label_that_moves_them_as_the_constant(mode):
     assert raw(takeover)[0, 1].abs() > 1e4  # the division by EPS this guards against
     torch.testing.assert_close(held(takeover), held(torch.tensor([[0.5, 0.0]])))
     torch.testing.assert_close(held(takeover)[0, 0], raw(takeover)[0, 0])  # moving dims unchanged
-    torch.testing.assert_close(held.unnormalize(held(takeover)), torch.tensor([[0.5, 0.0]]), atol=1e-5, rtol=0)
+    back = held.unnormalize(held(takeover))
+    torch.testing.assert_close(back, torch.tensor([[0.5, 0.0]]), atol=1e-5, rtol=0)
 
 
 def test_policies_hold_constant_action_dims_but_not_state_dims():
