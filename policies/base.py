@@ -224,6 +224,10 @@ class Policy(nn.Module, ABC):
             if key in self.normalizers:
                 self.normalizers[key].set_stats(key_stats)
 
+    def adopt_run_settings(self) -> None:
+        """Build what the family's RUN_SETTINGS in `self.cfg` ask for and the weights lack (a module a run
+        adds to a loaded checkpoint); called by prepare_finetuning. Nothing by default."""
+
     def set_instruction_table(self, instructions: Sequence[str]) -> None:
         """The env's instruction table (policy.vla.instructions), through which a language policy reads its
         prompt by obs["task_id"]; an imported checkpoint comes without one."""

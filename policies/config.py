@@ -188,10 +188,11 @@ _NOT_FROM_CHECKPOINT = (
 )
 
 
-def rollout_settings(family_cfg: object) -> tuple[str, ...]:
-    """The fields of a family's config that say how rollouts sample (`ROLLOUT_SETTINGS`): like the
-    fine-tuning settings, the experiment's values apply to a checkpoint loaded with `init_from`."""
-    return getattr(type(family_cfg), "ROLLOUT_SETTINGS", ())
+def run_settings(family_cfg: object) -> tuple[str, ...]:
+    """The fields of a family's config that a run sets over a checkpoint (`RUN_SETTINGS`: how rollouts
+    sample, modules a run adds): like the fine-tuning settings, the experiment's values apply to a
+    checkpoint loaded with `init_from`."""
+    return getattr(type(family_cfg), "RUN_SETTINGS", ())
 
 
 def overridden_by_checkpoint(experiment: PolicyConfig, checkpoint: PolicyConfig) -> list[str]:
@@ -206,8 +207,7 @@ def overridden_by_checkpoint(experiment: PolicyConfig, checkpoint: PolicyConfig)
             differences += [
                 f"{f.name}.{sub.name}={getattr(ours, sub.name)} (checkpoint: {getattr(theirs, sub.name)})"
                 for sub in dataclasses.fields(ours)
-                if getattr(ours, sub.name) != getattr(theirs, sub.name)
-                and sub.name not in rollout_settings(ours)
+                if getattr(ours, sub.name) != getattr(theirs, sub.name) and sub.name not in run_settings(ours)
             ]
         elif ours != theirs:
             differences.append(f"{f.name}={ours} (checkpoint: {theirs})")

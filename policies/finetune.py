@@ -1,7 +1,8 @@
 """Fine-tuning settings applied to a built or loaded policy: full / LoRA / frozen per module group (with the
 frozen-VLM shortcut `policy.train_expert_only`, pi_RL's recipe) and activation checkpointing of the
 `transformers` towers (`policy.gradient_checkpointing`), how RL groups the log-probs
-(`policy.logprob_type`) and how rollouts sample (a family's ROLLOUT_SETTINGS, e.g. the token temperature).
+(`policy.logprob_type`) and a family's RUN_SETTINGS (how rollouts sample, e.g. the token temperature, and
+modules a run adds, e.g. the token VLA's slot adapter).
 
 They are training settings, read from the experiment config also when the policy comes from
 `policy.init_from`, and recorded in the policy's config so its checkpoints say how it was trained.
@@ -15,7 +16,7 @@ import logging
 from torch import nn
 
 from embodrl.errors import UserError
-from embodrl.policies.config import PolicyConfig, rollout_settings
+from embodrl.policies.config import PolicyConfig, run_settings
 from embodrl.policies.lora import VLM_STATE_INPUT_PREFIXES, apply_lora, group_of
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,12 @@ def prepare_finetuning(policy: nn.Module, cfg: PolicyConfig) -> nn.Module:
             "policy.train_expert_only freezes a VLA's vision towers and language model, but this policy has "
             "none; set policy.train_expert_only=false"
         )
+    family = policy.cfg.family
+    own, wanted = getattr(policy.cfg, family), getattr(cfg, family)
+    settings = {name: getattr(wanted, name) for name in run_settings(own)}
+    if settings:
+        policy.cfg = dataclasses.replace(policy.cfg, **{family: dataclasses.replace(own, **settings)})
+    policy.adopt_run_settings()  # before the groups are set: a module it adds trains or freezes with them
     apply_lora(policy, cfg.trained_groups)
     if cfg.train_expert_only:
         for name, param in policy.named_parameters():
@@ -55,11 +62,6 @@ def prepare_finetuning(policy: nn.Module, cfg: PolicyConfig) -> nn.Module:
         logprob_type=cfg.logprob_type,
         sft_aux_weight=cfg.sft_aux_weight,
     )
-    family = policy.cfg.family
-    own, wanted = getattr(policy.cfg, family), getattr(cfg, family)
-    sampling = {name: getattr(wanted, name) for name in rollout_settings(own)}
-    if sampling:
-        policy.cfg = dataclasses.replace(policy.cfg, **{family: dataclasses.replace(own, **sampling)})
     return policy
 
 

@@ -14,9 +14,9 @@ CONDITIONINGS = ("vla", "mlp")
 class AutoregressiveConfig:
     """How action tokens are decoded and sampled (OpenVLA and OpenVLA-OFT; docs/algorithms.md)."""
 
-    # How rollouts sample, not what the weights learned: a run's own values apply to a checkpoint it
-    # loads with policy.init_from (RL often explores at another temperature than SFT's).
-    ROLLOUT_SETTINGS: ClassVar[tuple[str, ...]] = ("temperature", "top_k")
+    # A run's own values apply to a checkpoint it loads with policy.init_from: how rollouts sample (RL often
+    # explores at another temperature than SFT's) and the slot adapter (RL may add one to an SFT policy).
+    RUN_SETTINGS: ClassVar[tuple[str, ...]] = ("temperature", "top_k", "slot_adapter")
 
     # "vla": tokens from the VLA's language model (OpenVLA / OpenVLA-OFT). "mlp": an MLP on the observation
     # encoder's features emits the logits of all C*A tokens at once (decoding=parallel): the same token
@@ -37,6 +37,11 @@ class AutoregressiveConfig:
     # this std in bins (HL-Gauss, Farebrother et al. 2024). Neighbouring bins are neighbouring actions,
     # so the smoothed target keeps a few demos from driving every other bin's logit to -inf.
     label_sigma: float = 0.0
+    # Width of a residual MLP on each action slot's last hidden state before the token head (0: none), its
+    # output layer zero-initialized so that the policy acts as before it. OFT reads its actions through an
+    # MLP head on those states; over cached slot states (policy.cache_frozen_prefix) RL then trains this
+    # MLP with the head's action rows instead of a linear readout alone. A checkpoint's adapter is kept.
+    slot_adapter: int = 0
 
     def __post_init__(self) -> None:
         check_choice("policy.autoregressive.decoding", self.decoding, DECODINGS)
@@ -49,3 +54,9 @@ class AutoregressiveConfig:
         check_positive("policy.autoregressive.temperature", self.temperature)
         check_positive("policy.autoregressive.top_k", self.top_k, allow_zero=True)
         check_positive("policy.autoregressive.label_sigma", self.label_sigma, allow_zero=True)
+        check_positive("policy.autoregressive.slot_adapter", self.slot_adapter, allow_zero=True)
+        if self.slot_adapter and self.conditioning == "mlp":
+            raise ConfigError(
+                "policy.autoregressive.slot_adapter adapts the language model's slot states; "
+                "conditioning=mlp has none (its token MLP is the head already): set it to 0"
+            )

@@ -7,16 +7,20 @@ then apply temperature and top-k. Log-probs and entropy come from that same proc
 With `conditioning=mlp` an MLP on the observation encoder's features gives the C*A tokens' logits in
 one pass instead of the VLA (same bins, sampling, likelihood and replay).
 With `policy.cache_frozen_prefix`, OFT decoding and a frozen VLA, `act` stores the slots' hidden states
-in replay and `evaluate` applies the LM head's action rows to them, without running the VLA again.
+in replay and `evaluate` applies the LM head's action rows to them (through the slot adapter, when
+`policy.autoregressive.slot_adapter` adds one), without running the VLA again.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDict
 from torch import nn
 
+from embodrl.errors import UserError
 from embodrl.policies.autoregressive.action_tokenizer import NUM_ACTION_TOKENS, ActionTokenizer
 from embodrl.policies.base import ActOut, EvalOut
 from embodrl.policies.config import PolicyConfig
@@ -42,6 +46,15 @@ def processed_log_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: 
     kth = ranked.gather(-1, (top_k.view(-1, 1, 1) - 1).clamp(min=0).expand(*scaled.shape[:2], 1))
     drop = (top_k.view(-1, 1, 1) > 0) & (scaled < kth)
     return F.log_softmax(scaled.masked_fill(drop, float("-inf")), dim=-1)
+
+
+def slot_adapter(hidden: int, width: int) -> nn.Sequential:
+    """Residual MLP H -> width -> H on a slot's hidden state; its zero output layer leaves the policy as it
+    was until it trains."""
+    adapter = nn.Sequential(nn.Linear(hidden, width), nn.GELU(), nn.Linear(width, hidden))
+    nn.init.zeros_(adapter[2].weight)
+    nn.init.zeros_(adapter[2].bias)
+    return adapter
 
 
 def entropy(log_probs: torch.Tensor) -> torch.Tensor:
@@ -79,6 +92,7 @@ class AutoregressivePolicy(VLAPolicy):
             if self.decoding == "parallel":
                 self.slot_embeddings = nn.Parameter(0.02 * torch.randn(self.num_slots, hidden))  # [C*A, H]
             feature_dim = 2 * hidden
+        self.slot_adapter = slot_adapter(hidden, acfg.slot_adapter) if acfg.slot_adapter else None
         self.value_encoder = self._make_value_encoder()
         self.critic = self._make_critic(feature_dim)
         self.aux_head = self._make_aux_head(feature_dim)
@@ -88,8 +102,27 @@ class AutoregressivePolicy(VLAPolicy):
     def backbone(self) -> VLABackbone:
         return self.prefix_encoder.backbone
 
+    def adopt_run_settings(self) -> None:
+        """Add the slot adapter a run asks for to a checkpoint without one; a checkpoint's own is kept."""
+        acfg = self.cfg.autoregressive
+        if self.slot_adapter is None:
+            if acfg.slot_adapter:
+                hidden = self.lm_head.in_features
+                self.slot_adapter = slot_adapter(hidden, acfg.slot_adapter).to(self.lm_head.weight.device)
+            return
+        width = self.slot_adapter[0].out_features
+        if acfg.slot_adapter not in (0, width):
+            raise UserError(
+                f"policy.autoregressive.slot_adapter={acfg.slot_adapter}, but the checkpoint's adapter is "
+                f"{width} wide and trained: keep it (0 or {width})"
+            )
+        self.cfg = dataclasses.replace(self.cfg, autoregressive=dataclasses.replace(acfg, slot_adapter=width))
+
     def action_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Hidden states [..., H] -> logits over the 256 action tokens [..., 256]."""
+        """Hidden states [..., H] -> logits over the 256 action tokens [..., 256] (through the slot adapter
+        when there is one)."""
+        if self.slot_adapter is not None:
+            hidden = hidden + self.slot_adapter(hidden)
         first = self.action_tokenizer.first_token
         return hidden @ self.lm_head.weight[first : first + NUM_ACTION_TOKENS].T
 

@@ -1,9 +1,13 @@
 """OFT decoding on a frozen VLA with policy.cache_frozen_prefix: the update reads the slots' hidden states."""
 
+import dataclasses
+
 import pytest
 import torch
 
+from embodrl.errors import UserError
 from embodrl.policies.finetune import prepare_finetuning
+from embodrl.policies.loading import load_policy
 from tests.policies.vla_testing import A, C, N, build, make_obs
 
 FROZEN_VLA = {
@@ -70,3 +74,32 @@ def test_no_cache_when_the_slots_pass_can_change_or_it_is_off(overrides):
     policy = frozen_oft_policy(**overrides)
     replay = policy.act(make_obs()).replay
     assert "slot_hidden" not in replay.keys()
+
+
+def test_a_slot_adapter_added_to_a_checkpoint_acts_as_before_then_trains_over_the_cache(tmp_path):
+    sft = build("autoregressive", **{**FROZEN_VLA, "lora": {}, "train_expert_only": False})
+    sft.save_pretrained(tmp_path / "sft")
+    obs = make_obs()
+    before = sft.act(obs, deterministic=True)
+    rl_cfg = frozen_oft_policy(autoregressive={**FROZEN_VLA["autoregressive"], "slot_adapter": 32}).cfg
+    policy = prepare_finetuning(load_policy(tmp_path / "sft"), rl_cfg)
+    assert policy.cfg.autoregressive.slot_adapter == 32 and policy.prefix_encoder.frozen
+    assert all(p.requires_grad for p in policy.slot_adapter.parameters())  # the action_head group
+    out = policy.act(obs, deterministic=True)
+    torch.testing.assert_close(out.actions, before.actions)  # zero output layer: the SFT policy unchanged
+    torch.testing.assert_close(out.logprob, before.logprob)
+    optimizer = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(2):  # the first step moves the zero output layer, the second also the hidden one
+        optimizer.zero_grad()
+        (-policy.evaluate(obs, out.replay).logprob.sum()).backward()
+        optimizer.step()
+    assert policy.slot_adapter[0].weight.grad.abs().sum() > 0
+    assert policy.evaluate(obs, out.replay).logprob.sum() > out.logprob.sum()
+    policy.save_pretrained(tmp_path / "rl")
+    again = prepare_finetuning(load_policy(tmp_path / "rl"), sft.cfg)  # a run that asks for none keeps it
+    assert again.cfg.autoregressive.slot_adapter == 32
+    trained = policy.evaluate(obs, out.replay).logprob
+    torch.testing.assert_close(again.evaluate(obs, out.replay).logprob, trained)
+    narrower = dataclasses.replace(rl_cfg.autoregressive, slot_adapter=16)
+    with pytest.raises(UserError, match="checkpoint's adapter is 32 wide"):
+        prepare_finetuning(load_policy(tmp_path / "rl"), dataclasses.replace(rl_cfg, autoregressive=narrower))
