@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from embodrl.errors import UserError
+from embodrl.policies.config import PolicyConfig
+from embodrl.policies.modules.obs_encoder import make_normalizers
 from embodrl.policies.normalization import Normalizer, compute_stats
 
 
@@ -68,8 +70,5 @@ def test_held_constant_dims_read_a_label_that_moves_them_as_the_constant(mode):
 
 
 def test_policies_hold_constant_action_dims_but_not_state_dims():
-    from embodrl.policies.config import PolicyConfig
-    from embodrl.policies.modules.obs_encoder import make_normalizers
-
     norms = make_normalizers(PolicyConfig(action_dim=2), {"state": (3,)})
     assert norms["action"].hold_constant and not norms["state"].hold_constant
