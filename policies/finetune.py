@@ -47,11 +47,12 @@ def prepare_finetuning(policy: nn.Module, cfg: PolicyConfig) -> nn.Module:
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(policy)
     prefix = getattr(policy, "prefix_encoder", None)
-    if cfg.cache_frozen_prefix and prefix is not None and not prefix.frozen:
+    if cfg.cache_frozen_prefix and prefix is not None and not policy.caches_frozen_prefix_part():
         training = sorted({name.split(".")[1] for name, p in prefix.named_parameters() if p.requires_grad})
         log.warning(
             "policy.cache_frozen_prefix caches only a frozen prefix, and %s of it train here: every update "
-            "reruns it (freeze it with policy.train_expert_only=true)",
+            "reruns it (freeze it with policy.train_expert_only=true, or, on the token VLA, freeze the "
+            "vision towers and train only the language model's top layers: policy.lora.language_layers)",
             ", ".join(training),
         )
     policy.cfg = dataclasses.replace(

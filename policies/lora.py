@@ -41,6 +41,8 @@ GROUP_PREFIXES = {
 # then fixed and RL caches it.
 VLM_STATE_INPUT_PREFIXES = ("prefix_encoder.backbone.state_projection.",)
 CRITIC_PREFIXES = ("critic.", "value_encoder.")
+LANGUAGE_LAYER = re.compile(r"prefix_encoder\.backbone\.language_model\.layers\.(\d+)\.")
+LANGUAGE_NORM = "prefix_encoder.backbone.language_model.norm."
 # Linear layers of the transformers ViTs / decoders (and pi0's expert) that receive adapters.
 TARGET_LAYERS = (
     "q_proj",
@@ -66,14 +68,39 @@ def group_of(name: str) -> str | None:
     return "action_head"
 
 
+def first_trained_layer(policy: nn.Module, cfg: LoRAConfig) -> int:
+    """The index of the lowest language-model layer that `policy.lora.language_layers` leaves to train (0:
+    all of them, or the policy has no VLM)."""
+    indices = {int(m.group(1)) for name, _ in policy.named_parameters() if (m := LANGUAGE_LAYER.match(name))}
+    if not cfg.language_layers or not indices:
+        return 0
+    return max(0, max(indices) + 1 - cfg.language_layers)
+
+
+def under_top_layers(name: str, first_trained: int) -> bool:
+    """Whether parameter or module `name` feeds only the language model's layers under `first_trained`
+    (those layers, the token embeddings, the state projection), which `policy.lora.language_layers`
+    freezes."""
+    if first_trained == 0:
+        return False
+    match = LANGUAGE_LAYER.match(name + ".")
+    if match:
+        return int(match.group(1)) < first_trained
+    return (group_of(name) == "language" and not name.startswith(LANGUAGE_NORM)) or name.startswith(
+        VLM_STATE_INPUT_PREFIXES
+    )
+
+
 def _target_regex(policy: nn.Module, cfg: LoRAConfig) -> str:
     """A regex (peft full-matches module names) selecting the target Linear layers of the LoRA groups."""
+    first_trained = first_trained_layer(policy, cfg)
     names = [
         re.escape(name)
         for name, module in policy.named_modules()
         if isinstance(module, nn.Linear)
         and name.rsplit(".", 1)[-1] in TARGET_LAYERS
         and getattr(cfg, group_of(name) or "", None) == "lora"
+        and not under_top_layers(name, first_trained)
     ]
     if not names:
         raise UserError(
@@ -84,8 +111,10 @@ def _target_regex(policy: nn.Module, cfg: LoRAConfig) -> str:
 
 
 def apply_lora(policy: nn.Module, cfg: LoRAConfig) -> nn.Module:
-    """Inject LoRA adapters into the "lora" groups and set requires_grad per group, in place; the policy's
-    config records `cfg` (policy.cfg.lora), so its checkpoints say how it is adapted."""
+    """Inject LoRA adapters into the "lora" groups and set requires_grad per group (and per
+    `cfg.language_layers`), in place; the policy's config records `cfg` (policy.cfg.lora), so its
+    checkpoints say how it is adapted."""
+    first_trained = first_trained_layer(policy, cfg)
     if cfg.uses_lora:
         from peft import LoraConfig, inject_adapter_in_model
 
@@ -99,7 +128,8 @@ def apply_lora(policy: nn.Module, cfg: LoRAConfig) -> nn.Module:
     for name, param in policy.named_parameters():
         group = group_of(name)
         mode = "full" if group is None else getattr(cfg, group)
-        param.requires_grad_(mode == "full" or (mode == "lora" and "lora_" in name))
+        trains = mode == "full" or (mode == "lora" and "lora_" in name)
+        param.requires_grad_(trains and not under_top_layers(name, first_trained))
     policy.cfg = dataclasses.replace(policy.cfg, lora=cfg)
     return policy
 

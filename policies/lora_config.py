@@ -19,6 +19,12 @@ class LoRAConfig:
     rank: int = 32  # OpenVLA's LoRA recipe: r=32, alpha=16 on all linear layers
     alpha: float = 16.0
     dropout: float = 0.0
+    # N > 0: only the top N decoder layers of the VLM's language model (and its final norm) take
+    # `language`'s mode; the layers under them, the token embeddings and the state token's projection,
+    # which feed only those layers, stay frozen. With a frozen vision group and
+    # policy.cache_frozen_prefix, RL then stores the states entering the first trained layer and each
+    # update runs the top N layers alone.
+    language_layers: int = 0
 
     def __post_init__(self) -> None:
         for group in GROUPS:
@@ -26,6 +32,7 @@ class LoRAConfig:
         check_positive("policy.lora.rank", self.rank)
         check_positive("policy.lora.alpha", self.alpha)
         check_positive("policy.lora.dropout", self.dropout, allow_zero=True)
+        check_positive("policy.lora.language_layers", self.language_layers, allow_zero=True)
 
     @property
     def uses_lora(self) -> bool:

@@ -24,6 +24,7 @@ from embodrl.errors import UserError
 from embodrl.policies.autoregressive.action_tokenizer import NUM_ACTION_TOKENS, ActionTokenizer
 from embodrl.policies.base import ActOut, EvalOut
 from embodrl.policies.config import PolicyConfig
+from embodrl.policies.lora import first_trained_layer, group_of, under_top_layers
 from embodrl.policies.modules.logprob import reduce_logprob
 from embodrl.policies.modules.mlp import mlp
 from embodrl.policies.modules.obs_encoder import ObsEncoder
@@ -55,6 +56,12 @@ def slot_adapter(hidden: int, width: int) -> nn.Sequential:
     nn.init.zeros_(adapter[2].weight)
     nn.init.zeros_(adapter[2].bias)
     return adapter
+
+
+def oft_mask(keys: torch.Tensor) -> torch.Tensor:
+    """4D mask [N, 1, T, T] of OFT's bidirectional pass: every position sees every real one (keys [N, T])."""
+    n, t = keys.shape
+    return keys[:, None, None, :].expand(n, 1, t, t)
 
 
 def entropy(log_probs: torch.Tensor) -> torch.Tensor:
@@ -153,6 +160,28 @@ class AutoregressivePolicy(VLAPolicy):
             and self.prefix_encoder.frozen
         )
 
+    @property
+    def cached_layer(self) -> int:
+        """policy.cache_frozen_prefix with OFT decoding where only the language model's top layers train
+        (policy.lora.language_layers) above frozen vision towers: the first trained layer, whose input
+        states `act` stores so that the update runs the top layers alone; 0 otherwise."""
+        if not (self.cfg.cache_frozen_prefix and self.decoding == "oft" and self.prefix_encoder is not None):
+            return 0
+        return self._frozen_bottom()
+
+    def _frozen_bottom(self) -> int:
+        """The first trained language-model layer when everything under it (vision, projector, embeddings,
+        lower layers, state projection) is frozen; 0 when something under the top trains."""
+        start = first_trained_layer(self, self.cfg.lora)
+        for name, param in self.prefix_encoder.named_parameters(prefix="prefix_encoder"):
+            under = group_of(name) == "vision" or under_top_layers(name, start)
+            if start == 0 or (param.requires_grad and under):
+                return 0
+        return start
+
+    def caches_frozen_prefix_part(self) -> bool:
+        return super().caches_frozen_prefix_part() or (self.decoding == "oft" and self._frozen_bottom() > 0)
+
     def _parallel_logits(
         self, obs: TensorDict, augment: bool = False, image_features: TensorDict | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -176,11 +205,12 @@ class AutoregressivePolicy(VLAPolicy):
             cache["prefix_features"] = features
         return self.action_logits(slot_hidden), features, cache
 
-    def _slot_states(
+    def _slot_inputs(
         self, obs: TensorDict, augment: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The VLA's pass over prefix + slots: the hidden states [N, C*A, H] that predict the action
-        tokens, the prefix's hidden states [N, P, H] and its mask [N, P]."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor]:
+        """The parallel pass's input: prefix + slot embeddings [N, T, H], which of them are real [N, T], the
+        attention mask, the position whose output predicts the first action token, and the prefix's mask
+        [N, P]."""
         prefix = self.prefix_encoder(obs, augment)
         n, p = prefix.mask.shape
         if self.decoding == "oft":
@@ -188,15 +218,41 @@ class AutoregressivePolicy(VLAPolicy):
             stop = torch.full((n, 1), self.backbone.tokenizer.eos_token_id, device=prefix.mask.device)
             embeds = torch.cat([prefix.embeds, slots, self.backbone.embed_tokens(stop)], dim=1)
             keys = torch.cat([prefix.mask, prefix.mask.new_ones(n, self.num_slots + 1)], dim=1)
-            mask = keys[:, None, None, :].expand(n, 1, keys.shape[1], keys.shape[1])  # bidirectional
-            first = p - 1  # the last prefix token's output predicts the first action token
-        else:
-            slots = self.slot_embeddings.unsqueeze(0).expand(n, -1, -1)
-            embeds = torch.cat([prefix.embeds, slots], dim=1)
-            keys = torch.cat([prefix.mask, prefix.mask.new_ones(n, self.num_slots)], dim=1)
-            mask, first = prefix_lm_mask(prefix.mask, self.num_slots), p
+            return embeds, keys, oft_mask(keys), p - 1, prefix.mask  # the last prefix token predicts
+        slots = self.slot_embeddings.unsqueeze(0).expand(n, -1, -1)
+        embeds = torch.cat([prefix.embeds, slots], dim=1)
+        keys = torch.cat([prefix.mask, prefix.mask.new_ones(n, self.num_slots)], dim=1)
+        return embeds, keys, prefix_lm_mask(prefix.mask, self.num_slots), p, prefix.mask
+
+    def _slot_states(
+        self, obs: TensorDict, augment: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The VLA's pass over prefix + slots: the hidden states [N, C*A, H] that predict the action
+        tokens, the prefix's hidden states [N, P, H] and its mask [N, P]."""
+        embeds, keys, mask, first, prefix_mask = self._slot_inputs(obs, augment)
         hidden = self.backbone(embeds, mask, position_ids=positions_from_mask(keys)).last_hidden_state
-        return hidden[:, first : first + self.num_slots], hidden[:, :p], prefix.mask
+        return hidden[:, first : first + self.num_slots], hidden[:, : prefix_mask.shape[1]], prefix_mask
+
+    def _logits_and_layer_cache(self, obs: TensorDict) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """`cached_layer`'s pass: action logits [N, C*A, 256], the prefix's hidden states [N, P, H], and
+        what the update reads from replay instead of rerunning the frozen bottom: the states entering the
+        first trained layer and which positions are real."""
+        embeds, keys, mask, first, prefix_mask = self._slot_inputs(obs)
+        out = self.backbone(embeds, mask, position_ids=positions_from_mask(keys), output_hidden_states=True)
+        hidden = out.last_hidden_state
+        cache = {"layer_input": out.hidden_states[self.cached_layer], "layer_keys": keys}
+        slot_hidden = hidden[:, first : first + self.num_slots]
+        return self.action_logits(slot_hidden), hidden[:, : prefix_mask.shape[1]], cache
+
+    def _top_layers_from_cache(self, replay: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The trained top layers over the states `_logits_and_layer_cache` stored: action logits, the
+        prefix's hidden states and its mask (the OFT layout: prefix, slots, stop token)."""
+        keys = replay["layer_keys"]
+        hidden = self.backbone.run_layers_from(
+            replay["layer_input"], oft_mask(keys), positions_from_mask(keys), self.cached_layer
+        )
+        p = keys.shape[1] - self.num_slots - 1
+        return self.action_logits(hidden[:, p - 1 : p - 1 + self.num_slots]), hidden[:, :p], keys[:, :p]
 
     def _teacher_forced_logits(
         self, obs: TensorDict, index: torch.Tensor, augment: bool = False
@@ -226,6 +282,9 @@ class AutoregressivePolicy(VLAPolicy):
             if self.caches_slots:
                 logits, prefix_hidden, cache = self._logits_and_slot_cache(obs)
                 prefix_mask = None  # already pooled
+            elif self.cached_layer:
+                logits, prefix_hidden, cache = self._logits_and_layer_cache(obs)
+                prefix_mask = cache["layer_keys"][:, : prefix_hidden.shape[1]]
             else:
                 logits, prefix_hidden, prefix_mask = self._parallel_logits(obs, image_features=image_features)
             log_probs = processed_log_probs(logits, temperature, top_k)  # [N, C*A, 256]
@@ -291,6 +350,8 @@ class AutoregressivePolicy(VLAPolicy):
         if "slot_hidden" in replay.keys():  # cached by `act` (caches_slots)
             logits = self.action_logits(replay["slot_hidden"])
             prefix_hidden, prefix_mask = replay.get("prefix_features", None), None
+        elif "layer_input" in replay.keys():  # cached by `act` (cached_layer)
+            logits, prefix_hidden, prefix_mask = self._top_layers_from_cache(replay)
         else:
             logits, prefix_hidden, prefix_mask = self._logits(
                 obs, index, image_features=replay.get("image_features", None)

@@ -18,6 +18,7 @@ from transformers import (
     SiglipVisionConfig,
     SiglipVisionModel,
 )
+from transformers.masking_utils import create_causal_mask
 
 from embodrl.errors import UserError
 from embodrl.policies.modules.cnn import random_shift
@@ -221,6 +222,26 @@ class VLABackbone(nn.Module):
         masks[text_at] = ids_mask
         return Prefix(torch.cat(parts, dim=1), torch.cat(masks, dim=1))
 
+    def run_layers_from(
+        self, hidden: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, start: int
+    ) -> torch.Tensor:
+        """The language model from decoder layer `start` on, then its final norm: `hidden` [N, T, H] are
+        the states entering that layer (`hidden_states[start]` of a full pass with the same mask and
+        positions), so a frozen bottom's states cached once feed the trained top layers again and again.
+        Returns the last hidden state [N, T, H], as the full pass would."""
+        lm = self.language_model
+        mask = create_causal_mask(
+            config=lm.config,
+            inputs_embeds=hidden,
+            attention_mask=attention_mask,
+            cache=None,
+            position_ids=position_ids,
+        )
+        rotary = lm.rotary_emb(hidden, position_ids=position_ids)
+        for layer in lm.layers[start : lm.config.num_hidden_layers]:
+            hidden = layer(hidden, attention_mask=mask, position_embeddings=rotary, position_ids=position_ids)
+        return lm.norm(hidden)
+
     def forward(
         self,
         embeds: torch.Tensor,
@@ -228,16 +249,19 @@ class VLABackbone(nn.Module):
         cache=None,
         use_cache: bool = False,
         position_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
     ):
         """Run the language model on input embeddings [N, T, H] with a 2D padding mask [N, past + T] (causal)
         or a custom 4D boolean mask [N, 1, T, past + T] (True: may attend); `position_ids` [N, T] default to
-        past + arange(T). Returns the model output."""
+        past + arange(T); `output_hidden_states` adds the states entering each layer. Returns the model
+        output."""
         return self.language_model(
             inputs_embeds=embeds,
             attention_mask=attention_mask,
             position_ids=position_ids,
             cache=cache,
             use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
         )
 
 

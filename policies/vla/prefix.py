@@ -102,6 +102,11 @@ class VLAPolicy(Policy):
             policy.prefix_encoder.backbone.tokenizer = load_tokenizer(directory)
         return policy
 
+    def caches_frozen_prefix_part(self) -> bool:
+        """Whether policy.cache_frozen_prefix spares the update part of the prefix as it trains now: the
+        whole prefix frozen (a family may cache a frozen bottom under trained layers too)."""
+        return self.prefix_encoder is not None and self.prefix_encoder.frozen
+
     def transformer_stacks(self) -> list[tuple[str, TransformerStack]]:
         """The vision towers over every camera, then the language model over the whole prefix (patches,
         instruction, BOS and state) plus the C*A action positions."""
