@@ -170,6 +170,8 @@ def cmd_collect(args: argparse.Namespace) -> None:
         tasks=tasks,
         post_success_steps=args.post_success_steps,
         keep_failures=args.keep_failures,
+        policy=args.policy or "",
+        device=cfg.device,
         **first_state,
     )
     if bool(args.out) == bool(args.resume):
@@ -185,8 +187,11 @@ def cmd_reward_train(args: argparse.Namespace) -> None:
     from embodrl.rewards.training import METRICS_FILE, train_reward_model
     from embodrl.structured import merge_to_object
 
-    cfg = merge_to_object(RewardTrainConfig, overrides=args.overrides)
-    out, metrics = train_reward_model(args.dataset, cfg)
+    datasets = [a for a in args.inputs if "=" not in a]
+    if not datasets:
+        raise UserError("name at least one dataset folder before the key=value settings")
+    cfg = merge_to_object(RewardTrainConfig, overrides=[a for a in args.inputs if "=" in a])
+    out, metrics = train_reward_model(datasets, cfg)
     held, progress = metrics["held_out"], metrics["held_out_progress"]
     print(
         f"held-out episodes {metrics['episodes']['held_out']} ({held['frames']} frames, {held['positives']} "
@@ -195,6 +200,12 @@ def cmd_reward_train(args: argparse.Namespace) -> None:
         f"{held['episode_false_alarm']:.1%}"
     )
     print(json.dumps({k: held[k] for k in ("tp", "fp", "fn", "tn")}))
+    for name, part in metrics.get("held_out_by_dataset", {}).items():
+        print(
+            f"  of them from {name}: {part.get('episodes', 0)} episodes, precision {part['precision']:.1%}, "
+            f"recall {part['recall']:.1%}, false-positive rate {part['fpr']:.1%}, episodes with a false "
+            f"alarm {part.get('episode_false_alarm', 0.0):.1%}"
+        )
     print(
         "as a dense reward: rank correlation with the frame index before the success "
         f"{progress['order']:.2f}; highest output {progress['peak_success']:.2f} in episodes with a success, "
@@ -576,6 +587,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep failed attempts too (success=false in meta/episodes): negatives for `embodrl reward "
         "train`; --episodes-per-task still counts successes",
     )
+    p.add_argument(
+        "--policy",
+        metavar="CHECKPOINT",
+        help="record this checkpoint's episodes (its deterministic actions, every outcome kept and labelled "
+        "by the simulator) instead of the scripted expert's: the states a trained policy reaches, for "
+        "retraining a success classifier on its false alarms (`embodrl reward train DATASET MORE...`); "
+        "--episodes-per-task then counts every episode",
+    )
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser(
@@ -599,8 +618,14 @@ def build_parser() -> argparse.ArgumentParser:
         "model=progress fits a progress model instead (VLAC-style dense reward: each frame's progress "
         "t / t_success on episodes with a success), scored on the same held-out episodes.",
     )
-    p.add_argument("dataset", help="LeRobot dataset folder (or repo id in LeRobot's local cache)")
-    p.add_argument("overrides", nargs="*", metavar="OVERRIDES", help="key=value, e.g. out=runs/reward/pick")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="DATASET [DATASET ...] [key=value ...]",
+        help="LeRobot dataset folders (or repo ids in LeRobot's local cache): trained on together, e.g. "
+        "demos and a policy's own episodes (`embodrl collect --policy`), whose false alarms the first "
+        "classifier missed; then settings as key=value, e.g. out=runs/reward/pick",
+    )
     p.set_defaults(func=cmd_reward_train)
 
     p = sub.add_parser(

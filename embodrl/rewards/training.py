@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-from embodrl.data.dataset_inputs import dataset_inputs
+from embodrl.data.dataset_inputs import DatasetInputs, dataset_inputs
 from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.data.lerobot_format import REWARD_KEY
 from embodrl.errors import UserError
@@ -81,20 +81,61 @@ def cache_features(
     return {k: torch.cat(v) for k, v in out.items()}
 
 
-def train_reward_model(dataset_path: str | Path, cfg: RewardTrainConfig) -> tuple[Path, dict]:
-    """Train, score the held-out episodes, write the checkpoint folder and its metrics.json; returns both."""
+@dataclass
+class LabelledFrames:
+    """Every frame of one or more datasets, as the head reads them: tower features, state, labels, and the
+    episode each frame belongs to, numbered across the datasets in order."""
+
+    features: dict[str, torch.Tensor]  # obs key -> [F, C, h, w]
+    state: torch.Tensor | None  # [F, S]
+    labels: np.ndarray  # bool [F]: the frame shows the task done
+    episode: np.ndarray  # [F]
+    source: list[tuple[str, int]]  # per episode: (dataset folder, its episode index there)
+
+
+def read_datasets(
+    datasets: list[LeRobotDataset],
+    labels: list[np.ndarray],
+    model: SuccessClassifier,
+    cfg: RewardTrainConfig,
+    inputs: DatasetInputs,
+) -> LabelledFrames:
+    """LabelledFrames of `datasets` and their frame labels (each checked to hold the first's observation
+    shapes)."""
+    features: dict[str, list[torch.Tensor]] = {k: [] for k in model.spec.cameras}
+    state, episode, source = [], [], []
+    for dataset in datasets:
+        these = dataset_inputs(dataset, cfg.obs_keys, cfg.key_map)
+        if these.shapes != inputs.shapes:
+            raise UserError(
+                f"{dataset.root} holds observations of shapes {these.shapes}, {datasets[0].root} of "
+                f"{inputs.shapes}; a classifier trains on one kind"
+            )
+        episode.append(dataset.episode_of(np.arange(dataset.num_frames)) + len(source))
+        source += [(str(dataset.root), e) for e in range(dataset.num_episodes)]
+        for key, frames in cache_features(model, dataset, {k: these.features[k] for k in features}).items():
+            features[key].append(frames)
+        if STATE in cfg.obs_keys:
+            state.append(torch.from_numpy(dataset.column(these.features[STATE]).astype(np.float32)))
+    return LabelledFrames(
+        features={k: torch.cat(v) for k, v in features.items()},
+        state=torch.cat(state) if state else None,
+        labels=np.concatenate(labels),
+        episode=np.concatenate(episode),
+        source=source,
+    )
+
+
+def train_reward_model(dataset_paths: str | Path | list, cfg: RewardTrainConfig) -> tuple[Path, dict]:
+    """Train on one or more labelled datasets (e.g. demos and a policy's own episodes), score the held-out
+    episodes (drawn from all of them; scored per dataset too), write the checkpoint folder and its
+    metrics.json; returns both."""
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
-    dataset = LeRobotDataset(dataset_path)
-    labels = frame_labels(dataset)
-    inputs = dataset_inputs(dataset, cfg.obs_keys, cfg.key_map)
-    episode = dataset.episode_of(np.arange(dataset.num_frames))
-    has_success = np.asarray([labels[episode == e].any() for e in range(dataset.num_episodes)])
-    if not has_success.any() or has_success.all() and labels.all():
-        raise UserError(f"{dataset.root} needs frames labelled success and frames that are not")
-    train_eps, test_eps = split_episodes(has_success, cfg.held_out, cfg.seed)
-    if len(test_eps) == 0 or len(train_eps) == 0:
-        raise UserError(f"{dataset.root} has {dataset.num_episodes} episodes; a held-out split needs >= 2")
+    paths = [dataset_paths] if isinstance(dataset_paths, str | Path) else list(dataset_paths)
+    datasets = [LeRobotDataset(path) for path in paths]
+    labels_per_dataset = [frame_labels(dataset) for dataset in datasets]
+    inputs = dataset_inputs(datasets[0], cfg.obs_keys, cfg.key_map)
     spec = ClassifierSpec(
         obs_keys=tuple(cfg.obs_keys),
         shapes=inputs.shapes,
@@ -106,46 +147,55 @@ def train_reward_model(dataset_path: str | Path, cfg: RewardTrainConfig) -> tupl
         kind=KIND if cfg.model == "classifier" else PROGRESS_KIND,
     )
     model = SuccessClassifier(spec, cfg.device)
-    cameras = {k: inputs.features[k] for k in spec.cameras}
-    features = cache_features(model, dataset, cameras)
-    state = None
-    if STATE in spec.obs_keys:
-        state = torch.from_numpy(dataset.column(inputs.features[STATE]).astype(np.float32))
+    data = read_datasets(datasets, labels_per_dataset, model, cfg, inputs)
+    labels, episode = data.labels, data.episode
+    names = " + ".join(str(d.root) for d in datasets)
+    has_success = np.asarray([labels[episode == e].any() for e in range(len(data.source))])
+    if not has_success.any() or has_success.all() and labels.all():
+        raise UserError(f"{names} needs frames labelled success and frames that are not")
+    train_eps, test_eps = split_episodes(has_success, cfg.held_out, cfg.seed)
+    if len(test_eps) == 0 or len(train_eps) == 0:
+        raise UserError(f"{names} has {len(data.source)} episodes; a held-out split needs >= 2")
     target, known = labels.astype(np.float32), np.ones(len(labels), bool)
     if cfg.model == "progress":
         target, known = progress_targets(labels, episode)
     train = torch.from_numpy(np.flatnonzero(np.isin(episode, train_eps) & known))
-    test = torch.from_numpy(np.flatnonzero(np.isin(episode, test_eps)))
     head = model.head
-    if state is not None:
-        head.state_mean.copy_(state[train].mean(0))
-        head.state_std.copy_(state[train].std(0).clamp_min(1e-3))
-    fit(head, features, state, torch.from_numpy(target), train, cfg)
-    probability = predict(head, features, state, cfg.device)
-    train = torch.from_numpy(np.flatnonzero(np.isin(episode, train_eps)))  # scored on every frame
+    if data.state is not None:
+        head.state_mean.copy_(data.state[train].mean(0))
+        head.state_std.copy_(data.state[train].std(0).clamp_min(1e-3))
+    fit(head, data.features, data.state, torch.from_numpy(target), train, cfg)
+    probability = predict(head, data.features, data.state, cfg.device).numpy()
+
+    def scores(frames: np.ndarray) -> dict:
+        return classification_metrics(probability[frames], labels[frames], spec.threshold, episode[frames])
+
+    test = np.flatnonzero(np.isin(episode, test_eps))
     metrics = {
-        "dataset": str(dataset.root),
+        "dataset": names,
         "episodes": {"train": len(train_eps), "held_out": len(test_eps)},
-        "held_out_episodes": test_eps.tolist(),
-        "held_out": classification_metrics(
-            probability[test].numpy(), labels[test.numpy()], spec.threshold, episode[test.numpy()]
-        ),
-        "held_out_progress": progress_metrics(
-            probability[test].numpy(), labels[test.numpy()], episode[test.numpy()]
-        ),
-        "train": classification_metrics(
-            probability[train].numpy(), labels[train.numpy()], spec.threshold, episode[train.numpy()]
-        ),
-        "held_out_curve": threshold_curve(probability[test].numpy(), labels[test.numpy()]),
+        "held_out_episodes": [data.source[e][1] for e in test_eps]
+        if len(datasets) == 1
+        else [list(data.source[e]) for e in test_eps],
+        "held_out": scores(test),
+        "held_out_progress": progress_metrics(probability[test], labels[test], episode[test]),
+        "train": scores(np.flatnonzero(np.isin(episode, train_eps))),  # scored on every frame
+        "held_out_curve": threshold_curve(probability[test], labels[test]),
         "config": asdict(cfg),
         "seconds": round(time.perf_counter() - start, 1),
     }
+    if len(datasets) > 1:  # e.g. the false alarms left on a policy's own episodes
+        first = np.cumsum([0] + [d.num_episodes for d in datasets])
+        metrics["held_out_by_dataset"] = {
+            str(d.root): scores(test[(episode[test] >= lo) & (episode[test] < hi)])
+            for d, lo, hi in zip(datasets, first[:-1], first[1:], strict=True)
+        }
     out = (
         Path(cfg.out)
         if cfg.out
-        else Path("runs/reward") / f"{dataset.root.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        else Path("runs/reward") / f"{datasets[0].root.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
-    model.save(out, {"dataset": str(dataset.root), "held_out": metrics["held_out"]})
+    model.save(out, {"dataset": names, "held_out": metrics["held_out"]})
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
     return out, metrics
 

@@ -5,6 +5,9 @@ observation shows the task done (as in LeRobot's HIL-SERL recordings, whose rewa
 `next.reward` from the same frame's images) and `next.done` marks an episode's last frame; meta/episodes
 holds each episode's outcome (`success`). `post_success_steps` records frames past the success (the expert
 holding) and `keep_failures` keeps failed attempts: the positives and negatives of a success classifier.
+With `policy` (a checkpoint folder) the checkpoint acts instead of the expert and every episode is kept, each
+labelled by the simulator: the states a trained policy reaches, where a classifier trained on demos alone
+errs (HIL-SERL has a person label them; here the simulator does).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from embodrl.errors import UserError
 from embodrl.sims.base import VecEnv
 from embodrl.sims.config import EnvConfig
 from embodrl.sims.registry import make_env, suite_tasks
-from embodrl.train.episodes import run_episodes
+from embodrl.train.episodes import ActFn, run_episodes
+from embodrl.train.evaluation import seeded_torch_rng
 from embodrl.train.hold_after_success import HoldAfterSuccess
+from embodrl.train.play import action_source
 
 
 @dataclass
@@ -53,6 +58,10 @@ class CollectConfig:
     # positive frames of a success classifier. 0: the episode ends at the success, which no frame shows.
     post_success_steps: int = 0
     keep_failures: bool = False  # keep failed attempts too (negatives for a classifier; success=False)
+    # A checkpoint folder whose deterministic actions are recorded instead of the expert's; every episode
+    # is kept and counts toward episodes_per_task. "": the scripted expert.
+    policy: str = ""
+    device: str = "cpu"  # where the policy runs
     video: VideoConfig = field(default_factory=VideoConfig)
 
     def __post_init__(self) -> None:
@@ -62,6 +71,10 @@ class CollectConfig:
         check_positive("collect.first_state_id", self.first_state_id, allow_zero=True)
         check_positive("collect.max_attempts_per_episode", self.max_attempts_per_episode)
         check_positive("collect.post_success_steps", self.post_success_steps, allow_zero=True)
+        if self.policy and self.noise_std > 0:
+            raise UserError("--noise perturbs the scripted expert's actions; drop it with --policy")
+        if self.policy and not Path(self.policy).is_dir():
+            raise UserError(f"--policy {self.policy}: no such checkpoint folder")
 
 
 @dataclass
@@ -73,10 +86,17 @@ class CollectStats:
     frames: int = 0
     failures: int = 0
     failures_kept: bool = False
-    per_task: dict[str, tuple[int, int]] = field(default_factory=dict)  # task -> (kept, failed)
+    per_task: dict[str, tuple[int, int]] = field(default_factory=dict)  # task -> (successes, failures)
     seconds: float = 0.0
+    policy: str = ""  # the checkpoint that acted; "": the scripted expert
 
     def summary(self) -> str:
+        if self.policy:
+            tasks = ", ".join(f"{t}: {k}/{k + f} succeeded" for t, (k, f) in self.per_task.items())
+            return (
+                f"{self.episodes + self.failures} episodes of {self.policy} ({self.frames} frames) written "
+                f"to {self.root} in {self.seconds:.1f}s; {self.episodes} successes [{tasks}]"
+            )
         tasks = ", ".join(f"{t}: {k} kept / {f} failed" for t, (k, f) in self.per_task.items())
         return (
             f"{self.episodes} episodes ({self.frames} frames) written to {self.root} in {self.seconds:.1f}s; "
@@ -115,7 +135,8 @@ def collect_episodes(
     env_task: str = "",
     max_steps: int | None = None,
 ) -> tuple[int, int]:
-    """Run the env's scripted expert (`env.expert_actions()` [N, A]) until `num_episodes` succeed.
+    """Run the env's scripted expert (`env.expert_actions()` [N, A]) until `num_episodes` succeed, or
+    `cfg.policy` for `num_episodes` episodes whatever their outcome.
 
     Attempt k starts from initial state `cfg.first_state_id + k`; failed episodes are dropped (kept with
     `cfg.keep_failures`). An episode goes on `cfg.post_success_steps` past its first success, which needs
@@ -126,11 +147,11 @@ def collect_episodes(
     holds at most one attempt; no attempt starts once the ones in flight could complete the quota, so
     the kept set does not depend on how many envs run in parallel.
     """
-    if not hasattr(env, "expert_actions"):
+    if not cfg.policy and not hasattr(env, "expert_actions"):
         raise UserError(f"{type(env).__name__} has no scripted expert (expert_actions); collect needs one")
     env = HoldAfterSuccess(env, cfg.post_success_steps, max_steps)
     n = env.num_envs
-    max_attempts = math.ceil(num_episodes * cfg.max_attempts_per_episode)
+    max_attempts = num_episodes if cfg.policy else math.ceil(num_episodes * cfg.max_attempts_per_episode)
     if cfg.first_state_id + max_attempts > env.num_init_states:
         raise UserError(
             f"collect would use initial states up to {cfg.first_state_id + max_attempts}, but the env has "
@@ -142,7 +163,8 @@ def collect_episodes(
     buffers: list[dict[str, list[np.ndarray]]] = [{} for _ in range(n)]
     tasks = [""] * n
     noise: list[np.random.Generator | None] = [None] * n  # seeded per attempt: results ignore env count
-    counts = {"kept": 0, "failed": 0, "started": 0}
+    counts = {"kept": 0, "failed": 0, "started": 0}  # kept: episodes toward the quota
+    policy_step = PolicySteps(action_source(cfg.policy, env, cfg.seed, cfg.device), n) if cfg.policy else None
 
     def next_attempt(i: int) -> int:
         # Attempts just reported to end_attempt count as in flight until their own env is asked here
@@ -156,15 +178,18 @@ def collect_episodes(
             buffers[i] = {name: [] for name in (*keys.values(), ACTION_KEY, REWARD_KEY)}
         return int(attempt[i])
 
-    def expert_act(obs: TensorDict) -> torch.Tensor:
-        expert = env.expert_actions().cpu().numpy().astype(np.float32)  # [N, A]
-        executed = expert.copy()
-        if cfg.noise_std > 0:
-            for i in np.flatnonzero((attempt >= 0) & (attempt % 2 == 1)):
-                executed[i] += cfg.noise_std * noise[i].standard_normal(expert.shape[1], dtype=np.float32)
-        executed = np.clip(executed, spec.low, spec.high)
+    def act(obs: TensorDict) -> torch.Tensor:
         active = np.flatnonzero(attempt >= 0)
         fresh = [int(i) for i in active if not buffers[i][ACTION_KEY]]  # first step: the reset observation
+        if policy_step is not None:
+            expert = executed = np.clip(policy_step(obs, fresh), spec.low, spec.high)  # its own label
+        else:
+            expert = env.expert_actions().cpu().numpy().astype(np.float32)  # [N, A]
+            executed = expert.copy()
+            if cfg.noise_std > 0:
+                for i in np.flatnonzero((attempt >= 0) & (attempt % 2 == 1)):
+                    executed[i] += cfg.noise_std * noise[i].standard_normal(expert.shape[1], dtype=np.float32)
+            executed = np.clip(executed, spec.low, spec.high)
         if fresh:
             texts = (
                 env.instructions(obs["task_id"][fresh]) if "task_id" in obs.keys() else ["demo"] * len(fresh)
@@ -180,30 +205,49 @@ def collect_episodes(
         return torch.from_numpy(executed)[:, None]  # chunk of one: [N, 1, A]
 
     def end_attempt(i: int, episode: int, success: bool) -> None:
-        if success or cfg.keep_failures:
+        if success or cfg.keep_failures or cfg.policy:
             data = {k: np.stack(v) for k, v in buffers[i].items()}
             data[DONE_KEY] = np.arange(len(data[ACTION_KEY])) == len(data[ACTION_KEY]) - 1
             info = {"init_state_id": cfg.first_state_id + episode, "env_task": env_task, "success": success}
             writer.add_episode(data, tasks[i], info)
-        if success:
+        if success or cfg.policy:
             counts["kept"] += 1
             if bar is not None:
                 bar.update(1)
-        else:
+        if not success:
             counts["failed"] += 1
             if bar is not None:
                 bar.set_postfix(failed=counts["failed"])
         buffers[i] = {}
 
-    run_episodes(
-        env,
-        expert_act,
-        max_attempts,
-        first_state_id=cfg.first_state_id,
-        next_episode=next_attempt,
-        on_episode_end=end_attempt,
-    )
-    return counts["kept"], counts["failed"]
+    with seeded_torch_rng(cfg.seed, torch.device(cfg.device)):  # a policy's noise draws repeat
+        run_episodes(
+            env,
+            act,
+            max_attempts,
+            first_state_id=cfg.first_state_id,
+            next_episode=next_attempt,
+            on_episode_end=end_attempt,
+        )
+    return counts["kept"] - (counts["failed"] if cfg.policy else 0), counts["failed"]
+
+
+class PolicySteps:
+    """A checkpoint's action chunks [N, C, A] played one step at a time: each env executes its chunk in
+    order, and a new one is asked for (for every env at once) when an env has run out or starts an
+    episode, so the frames between the chunk's steps are recorded too."""
+
+    def __init__(self, act: ActFn, num_envs: int) -> None:
+        self.act = act
+        self.queue: list[list[np.ndarray]] = [[] for _ in range(num_envs)]
+
+    def __call__(self, obs: TensorDict, fresh: list[int]) -> np.ndarray:
+        stale = set(fresh) | {i for i, q in enumerate(self.queue) if not q}
+        if stale:
+            chunks = self.act(obs).cpu().numpy().astype(np.float32)  # [N, C, A]
+            for i in stale:
+                self.queue[i] = list(chunks[i])
+        return np.stack([q.pop(0) for q in self.queue])
 
 
 def tasks_to_collect(env_cfg: EnvConfig, only: tuple[str, ...] = ()) -> tuple[str | None, ...]:
@@ -237,7 +281,9 @@ def collect_demos(
     concatenates them into LeRobot's usual files.
     """
     tasks = tasks_to_collect(env_cfg, cfg.tasks)
-    stats = CollectStats(root=Path(out_dir), failures_kept=cfg.keep_failures)
+    stats = CollectStats(
+        root=Path(out_dir), failures_kept=cfg.keep_failures or bool(cfg.policy), policy=cfg.policy
+    )
     begin = time.perf_counter()
     writer: LeRobotDatasetWriter | None = None
     done: Counter[str] = Counter()  # env_task -> episodes kept before this run (resume)
@@ -245,7 +291,7 @@ def collect_demos(
     if resume:
         out_dir = locate_dataset(out_dir)
         rows = read_episode_rows(out_dir)
-        done.update(row.get("env_task", "") for row in rows if row.get("success", True))
+        done.update(row.get("env_task", "") for row in rows if cfg.policy or row.get("success", True))
         if rows and is_consolidated(rows):  # killed after it was finalized: done if it holds what was asked
             short = {
                 t or env_cfg.suite: done[t or ""] for t in tasks if done[t or ""] < cfg.episodes_per_task
@@ -283,9 +329,13 @@ def collect_demos(
             if bar is None:
                 total = cfg.episodes_per_task * len(tasks)
                 bar = tqdm(
-                    total=total, initial=sum(done.values()), desc="demos", unit="ep", disable=not progress
+                    total=total,
+                    initial=sum(done.values()),
+                    desc="episodes" if cfg.policy else "demos",
+                    unit="ep",
+                    disable=not progress,
                 )
-            bar.set_description(f"demos {task or env_cfg.suite}")
+            bar.set_description(f"{'episodes' if cfg.policy else 'demos'} {task or env_cfg.suite}")
             task_cfg = replace(cfg, first_state_id=next_state.get(task or "", cfg.first_state_id))
             kept, failed = collect_episodes(
                 env, writer, wanted, task_cfg, bar, task or "", max_steps=env_cfg.max_episode_steps

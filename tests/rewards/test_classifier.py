@@ -17,11 +17,15 @@ from embodrl.rewards.training import METRICS_FILE, progress_targets, split_episo
 
 SIZE = 32
 
+DECOY = 170  # a paler square than a success's 250, over noise of 0-99
 
-def _toy_dataset(root, episodes: int = 8, length: int = 10) -> None:
+
+def _toy_dataset(root, episodes: int = 8, length: int = 10, decoy: bool = False) -> None:
     """Episodes whose frames show a bright square in the top-left corner once the 'task' is done (from frame
-    6 on in even episodes; never in odd ones), on random noise; the state is noise."""
-    rng = np.random.default_rng(0)
+    6 on in even episodes; never in odd ones), on random noise; the state is noise. With `decoy`, no episode
+    succeeds and from frame 6 on a paler square sits in the same corner: false alarms for a classifier that
+    learned brightness there."""
+    rng = np.random.default_rng(1 if decoy else 0)
     features = {
         "observation.images.main": {"dtype": "video", "shape": [SIZE, SIZE, 3]},
         "observation.state": {"dtype": "float32", "shape": [3]},
@@ -31,9 +35,11 @@ def _toy_dataset(root, episodes: int = 8, length: int = 10) -> None:
     }
     with LeRobotDatasetWriter(root, 10, features) as writer:
         for e in range(episodes):
-            done = np.arange(length) >= 6 if e % 2 == 0 else np.zeros(length, bool)
+            done = np.arange(length) >= 6 if e % 2 == 0 and not decoy else np.zeros(length, bool)
             images = rng.integers(0, 100, (length, SIZE, SIZE, 3)).astype(np.uint8)
             images[done, :12, :12] = 250
+            if decoy:
+                images[6:, :12, :12] = DECOY
             writer.add_episode(
                 {
                     "observation.images.main": images,
@@ -123,3 +129,49 @@ def test_a_progress_model_is_scored_and_refused_as_a_success_reward(tmp_path):
     assert progress["peak_success"] > progress["peak_failure"]
     with pytest.raises(UserError, match="not a success classifier"):
         load_classifier(out)
+
+
+def test_a_policy_s_false_alarms_join_the_training_set(tmp_path):
+    _toy_dataset(tmp_path / "demos")
+    _toy_dataset(tmp_path / "rollouts", episodes=4, decoy=True)
+    cfg = RewardTrainConfig(out=str(tmp_path / "first"), blocks=3, epochs=30, hidden=32)
+    first, _ = train_reward_model(tmp_path / "demos", cfg)
+    cfg = RewardTrainConfig(out=str(tmp_path / "both"), blocks=3, epochs=30, hidden=32)
+    both, metrics = train_reward_model([tmp_path / "demos", tmp_path / "rollouts"], cfg)
+    assert metrics["episodes"] == {"train": 9, "held_out": 3}
+    assert {name for name, _ in metrics["held_out_episodes"]} <= {
+        str(tmp_path / "demos"),
+        str(tmp_path / "rollouts"),
+    }
+    by_dataset = metrics["held_out_by_dataset"]
+    assert sum(part["episodes"] for part in by_dataset.values()) == 3
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 100, (4, SIZE, SIZE, 3)).astype(np.uint8)
+    images[:2, :12, :12] = 250  # success
+    images[2:, :12, :12] = DECOY
+    obs = TensorDict({"rgb": torch.from_numpy(images), "state": torch.randn(4, 3)}, batch_size=[4])
+    before, after = load_classifier(first).probability(obs), load_classifier(both).probability(obs)
+    assert (before > 0.5).all()  # trained on demos alone, it fires on the decoy
+    assert (after[:2] > 0.5).all() and (after[2:] < 0.5).all()
+
+
+def test_datasets_of_other_shapes_are_refused(tmp_path):
+    _toy_dataset(tmp_path / "demos")
+    features = {
+        "observation.images.main": {"dtype": "video", "shape": [SIZE // 2, SIZE // 2, 3]},
+        "observation.state": {"dtype": "float32", "shape": [3]},
+        "action": {"dtype": "float32", "shape": [2]},
+        "next.reward": {"dtype": "float32", "shape": [1]},
+    }
+    with LeRobotDatasetWriter(tmp_path / "small", 10, features) as writer:
+        writer.add_episode(
+            {
+                "observation.images.main": np.zeros((2, SIZE // 2, SIZE // 2, 3), np.uint8),
+                "observation.state": np.zeros((2, 3), np.float32),
+                "action": np.zeros((2, 2), np.float32),
+                "next.reward": np.zeros((2, 1), np.float32),
+            },
+            "x",
+        )
+    with pytest.raises(UserError, match="a classifier trains on one kind"):
+        train_reward_model([tmp_path / "demos", tmp_path / "small"], RewardTrainConfig(blocks=3))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from embodrl.data.lerobot_dataset import LeRobotDataset, LeRobotDatasetWriter
 from embodrl.errors import UserError
@@ -166,3 +167,44 @@ def test_labels_past_the_success_and_kept_failures_read_back(tmp_path):
         )
         assert len(ep["next.reward"]) == (8 if first is None else first + 2)  # K frames show success
         assert ep["next.done"].tolist() == [False] * (len(ep["next.done"]) - 1) + [True]
+
+
+def test_a_policy_s_chunks_are_recorded_step_by_step_with_every_outcome(tmp_path, monkeypatch):
+
+    def chunks(obs):  # a chunk of 2 per env: (state id, step when asked, index in chunk)
+        state = obs["state"]
+        return torch.stack(
+            [
+                torch.stack([state[:, 0] / 1000, state[:, 1] / 10, torch.full_like(state[:, 0], k)], -1)
+                for k in (0, 1)
+            ],
+            1,
+        )
+
+    monkeypatch.setattr("embodrl.train.collect.action_source", lambda name, env, seed, device: chunks)
+    env = CountingEnv(num_envs=2)
+    cfg = CollectConfig(first_state_id=2, policy=str(tmp_path))
+    with LeRobotDatasetWriter(tmp_path / "rollouts", cfg.fps, dataset_features(env)) as writer:
+        successes, failures = collect_episodes(env, writer, 4, cfg)
+    # state ids 2..5: 4 fails (4 % 5 == 4) and is kept; no fifth attempt replaces it
+    assert (successes, failures) == (3, 1)
+    ds = LeRobotDataset(tmp_path / "rollouts")
+    by_state = {s: e for e, s in enumerate(ds.episodes["init_state_id"])}
+    assert sorted(by_state) == [2, 3, 4, 5]
+    assert ds.episodes["success"][by_state[4]] is False
+    for state_id, e in by_state.items():
+        ep = ds.episode(e)
+        length = 3 + state_id % 4
+        # the chunk's second action runs on the next frame: each pair of frames is one chunk
+        expected_index = np.arange(length) % 2
+        np.testing.assert_array_equal(ep["action"][:, 2], expected_index)
+        asked_at = np.arange(length) - expected_index
+        np.testing.assert_allclose(ep["action"][:, 1], asked_at / 10, atol=1e-6)
+        np.testing.assert_allclose(np.stack(env.executed[state_id]), ep["action"], atol=1e-6)
+
+
+def test_a_policy_takes_no_dart_noise_and_must_exist(tmp_path):
+    with pytest.raises(UserError, match="--noise"):
+        CollectConfig(policy=str(tmp_path), noise_std=0.1)
+    with pytest.raises(UserError, match="no such checkpoint"):
+        CollectConfig(policy=str(tmp_path / "missing"))
