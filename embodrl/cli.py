@@ -215,6 +215,17 @@ def cmd_reward_train(args: argparse.Namespace) -> None:
     print(f"{cfg.model} model: {out}{use}; metrics: {out / METRICS_FILE}")
 
 
+def cmd_reward_eval(args: argparse.Namespace) -> None:
+    from embodrl.rewards.training import score_reward_model
+
+    for name, m in score_reward_model(args.checkpoint, args.datasets).items():
+        print(
+            f"{name}: {m['episodes']} episodes, {m['frames']} frames ({m['positives']} success): precision "
+            f"{m['precision']:.1%}, recall {m['recall']:.1%}, false-positive rate {m['fpr']:.1%} at "
+            f"threshold {m['threshold']}; episodes with a false alarm {m['episode_false_alarm']:.1%}"
+        )
+
+
 def cmd_check_dataset(args: argparse.Namespace) -> None:
     from embodrl.data.dataset_check import check_dataset
 
@@ -627,6 +638,17 @@ def build_parser() -> argparse.ArgumentParser:
         "classifier missed; then settings as key=value, e.g. out=runs/reward/pick",
     )
     p.set_defaults(func=cmd_reward_train)
+    p = reward.add_parser(
+        "eval",
+        help="score a trained success classifier on labelled datasets",
+        description="Score a classifier of `embodrl reward train` on every frame of labelled LeRobot "
+        "datasets (per dataset: precision, recall, false-positive rate at its threshold, and the share of "
+        "episodes with a false alarm), e.g. on a policy's own episodes recorded with `embodrl collect "
+        "--policy`: the false alarms that policy could exploit, before they join the training set.",
+    )
+    p.add_argument("checkpoint", help="a folder written by `embodrl reward train`")
+    p.add_argument("datasets", nargs="+", metavar="DATASET", help="labelled LeRobot dataset folders")
+    p.set_defaults(func=cmd_reward_eval)
 
     p = sub.add_parser(
         "sft",

@@ -1,5 +1,5 @@
-"""`embodrl reward train`: fit a success classifier (or a progress model) on a labelled LeRobot dataset, its
-held-out episodes scored.
+"""`embodrl reward train`: fit a success classifier (or a progress model) on labelled LeRobot datasets, its
+held-out episodes scored; `embodrl reward eval`: score a trained classifier on other labelled datasets.
 
 Labels are LeRobot's HIL-SERL per-frame `next.reward` (> 0.5: the frame shows the task done). Episodes,
 not frames, are split (seeded; episodes with and without a success are split separately, so both sides
@@ -25,7 +25,7 @@ from embodrl.data.lerobot_dataset import LeRobotDataset
 from embodrl.data.lerobot_format import REWARD_KEY
 from embodrl.errors import UserError
 from embodrl.obs_keys import STATE
-from embodrl.rewards.classifier import KIND, PROGRESS_KIND, ClassifierSpec, SuccessClassifier
+from embodrl.rewards.classifier import KIND, PROGRESS_KIND, ClassifierSpec, SuccessClassifier, load_classifier
 from embodrl.rewards.config import RewardTrainConfig
 from embodrl.rewards.metrics import classification_metrics, progress_metrics, threshold_curve
 
@@ -97,7 +97,7 @@ def read_datasets(
     datasets: list[LeRobotDataset],
     labels: list[np.ndarray],
     model: SuccessClassifier,
-    cfg: RewardTrainConfig,
+    key_map: dict[str, str],
     inputs: DatasetInputs,
 ) -> LabelledFrames:
     """LabelledFrames of `datasets` and their frame labels (each checked to hold the first's observation
@@ -105,7 +105,7 @@ def read_datasets(
     features: dict[str, list[torch.Tensor]] = {k: [] for k in model.spec.cameras}
     state, episode, source = [], [], []
     for dataset in datasets:
-        these = dataset_inputs(dataset, cfg.obs_keys, cfg.key_map)
+        these = dataset_inputs(dataset, model.spec.obs_keys, key_map)
         if these.shapes != inputs.shapes:
             raise UserError(
                 f"{dataset.root} holds observations of shapes {these.shapes}, {datasets[0].root} of "
@@ -115,7 +115,7 @@ def read_datasets(
         source += [(str(dataset.root), e) for e in range(dataset.num_episodes)]
         for key, frames in cache_features(model, dataset, {k: these.features[k] for k in features}).items():
             features[key].append(frames)
-        if STATE in cfg.obs_keys:
+        if STATE in model.spec.obs_keys:
             state.append(torch.from_numpy(dataset.column(these.features[STATE]).astype(np.float32)))
     return LabelledFrames(
         features={k: torch.cat(v) for k, v in features.items()},
@@ -147,7 +147,7 @@ def train_reward_model(dataset_paths: str | Path | list, cfg: RewardTrainConfig)
         kind=KIND if cfg.model == "classifier" else PROGRESS_KIND,
     )
     model = SuccessClassifier(spec, cfg.device)
-    data = read_datasets(datasets, labels_per_dataset, model, cfg, inputs)
+    data = read_datasets(datasets, labels_per_dataset, model, cfg.key_map, inputs)
     labels, episode = data.labels, data.episode
     names = " + ".join(str(d.root) for d in datasets)
     has_success = np.asarray([labels[episode == e].any() for e in range(len(data.source))])
@@ -185,10 +185,8 @@ def train_reward_model(dataset_paths: str | Path | list, cfg: RewardTrainConfig)
         "seconds": round(time.perf_counter() - start, 1),
     }
     if len(datasets) > 1:  # e.g. the false alarms left on a policy's own episodes
-        first = np.cumsum([0] + [d.num_episodes for d in datasets])
         metrics["held_out_by_dataset"] = {
-            str(d.root): scores(test[(episode[test] >= lo) & (episode[test] < hi)])
-            for d, lo, hi in zip(datasets, first[:-1], first[1:], strict=True)
+            name: scores(test[part]) for name, part in _by_dataset(datasets, episode[test]).items()
         }
     out = (
         Path(cfg.out)
@@ -198,6 +196,34 @@ def train_reward_model(dataset_paths: str | Path | list, cfg: RewardTrainConfig)
     model.save(out, {"dataset": names, "held_out": metrics["held_out"]})
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
     return out, metrics
+
+
+def _by_dataset(datasets: list[LeRobotDataset], episode: np.ndarray) -> dict[str, np.ndarray]:
+    """{dataset folder: which of the frames (by their episode numbers across the datasets) are its}."""
+    first = np.cumsum([0] + [d.num_episodes for d in datasets])
+    return {
+        str(d.root): (episode >= lo) & (episode < hi)
+        for d, lo, hi in zip(datasets, first[:-1], first[1:], strict=True)
+    }
+
+
+def score_reward_model(
+    checkpoint: str | Path, dataset_paths: list, key_map: dict[str, str] | None = None, device: str = "cpu"
+) -> dict[str, dict]:
+    """A trained classifier's scores on every frame of each labelled dataset, e.g. a policy's own episodes
+    before they join its training set: {dataset folder: classification metrics at its threshold}."""
+    model = load_classifier(checkpoint, device)
+    datasets = [LeRobotDataset(path) for path in dataset_paths]
+    labels = [frame_labels(dataset) for dataset in datasets]
+    inputs = dataset_inputs(datasets[0], model.spec.obs_keys, key_map)
+    data = read_datasets(datasets, labels, model, dict(key_map or {}), inputs)
+    probability = predict(model.head, data.features, data.state, device).numpy()
+    return {
+        name: classification_metrics(
+            probability[part], data.labels[part], model.spec.threshold, data.episode[part]
+        )
+        for name, part in _by_dataset(datasets, data.episode).items()
+    }
 
 
 def _head_inputs(features, state, index):

@@ -13,7 +13,13 @@ from embodrl.data.lerobot_dataset import LeRobotDatasetWriter
 from embodrl.errors import UserError
 from embodrl.rewards.classifier import WEIGHTS_FILE, load_classifier
 from embodrl.rewards.config import RewardTrainConfig
-from embodrl.rewards.training import METRICS_FILE, progress_targets, split_episodes, train_reward_model
+from embodrl.rewards.training import (
+    METRICS_FILE,
+    progress_targets,
+    score_reward_model,
+    split_episodes,
+    train_reward_model,
+)
 
 SIZE = 32
 
@@ -175,3 +181,17 @@ def test_datasets_of_other_shapes_are_refused(tmp_path):
         )
     with pytest.raises(UserError, match="a classifier trains on one kind"):
         train_reward_model([tmp_path / "demos", tmp_path / "small"], RewardTrainConfig(blocks=3))
+
+
+def test_eval_scores_a_trained_classifier_on_each_dataset(tmp_path):
+    _toy_dataset(tmp_path / "demos")
+    _toy_dataset(tmp_path / "rollouts", episodes=4, decoy=True)
+    cfg = RewardTrainConfig(out=str(tmp_path / "first"), blocks=3, epochs=30, hidden=32)
+    first, _ = train_reward_model(tmp_path / "demos", cfg)
+    scores = score_reward_model(first, [tmp_path / "demos", tmp_path / "rollouts"])
+    demos, rollouts = scores[str(tmp_path / "demos")], scores[str(tmp_path / "rollouts")]
+    assert (demos["episodes"], demos["frames"], demos["positives"]) == (8, 80, 16)
+    assert demos["recall"] == 1.0
+    # the decoy frames (6-9 of each episode, 16 in all) fire, the others (24) do not
+    assert (rollouts["episodes"], rollouts["positives"]) == (4, 0) and 12 <= rollouts["fp"] <= 16
+    assert rollouts["episode_false_alarm"] == 1.0
