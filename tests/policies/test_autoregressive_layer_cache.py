@@ -1,5 +1,6 @@
 """OFT decoding where only the language model's top layers train (policy.lora.language_layers) above frozen
-vision towers, with policy.cache_frozen_prefix: the update reruns the top layers on states stored in replay."""
+vision towers, with policy.cache_frozen_prefix: the update reruns the top layers on states stored in
+replay."""
 
 import pytest
 import torch
@@ -98,4 +99,5 @@ def test_lora_on_the_top_layers_only():
     assert adapters and all(name.startswith(f"{LM}layers.{top}.") for name in adapters)
     out = policy.act(make_obs())
     assert "layer_input" in out.replay.keys()
-    torch.testing.assert_close(policy.evaluate(make_obs(), out.replay).logprob, out.logprob, atol=1e-5, rtol=0)
+    logprob = policy.evaluate(make_obs(), out.replay).logprob
+    torch.testing.assert_close(logprob, out.logprob, atol=1e-5, rtol=0)
