@@ -201,11 +201,7 @@ def cmd_reward_train(args: argparse.Namespace) -> None:
     )
     print(json.dumps({k: held[k] for k in ("tp", "fp", "fn", "tn")}))
     for name, part in metrics.get("held_out_by_dataset", {}).items():
-        print(
-            f"  of them from {name}: {part.get('episodes', 0)} episodes, precision {part['precision']:.1%}, "
-            f"recall {part['recall']:.1%}, false-positive rate {part['fpr']:.1%}, episodes with a false "
-            f"alarm {part.get('episode_false_alarm', 0.0):.1%}"
-        )
+        print(f"  of them from {name}: {_classifier_scores(part)}")
     print(
         "as a dense reward: rank correlation with the frame index before the success "
         f"{progress['order']:.2f}; highest output {progress['peak_success']:.2f} in episodes with a success, "
@@ -215,15 +211,20 @@ def cmd_reward_train(args: argparse.Namespace) -> None:
     print(f"{cfg.model} model: {out}{use}; metrics: {out / METRICS_FILE}")
 
 
+def _classifier_scores(m: dict) -> str:
+    """One line of a classifier's scores on a set of episodes (rewards.metrics.classification_metrics)."""
+    return (
+        f"{m['episodes']} episodes, {m['frames']} frames ({m['positives']} success): precision "
+        f"{m['precision']:.1%}, recall {m['recall']:.1%}, false-positive rate {m['fpr']:.1%} at threshold "
+        f"{m['threshold']}; episodes with a false alarm {m['episode_false_alarm']:.1%}"
+    )
+
+
 def cmd_reward_eval(args: argparse.Namespace) -> None:
     from embodrl.rewards.training import score_reward_model
 
     for name, m in score_reward_model(args.checkpoint, args.datasets).items():
-        print(
-            f"{name}: {m['episodes']} episodes, {m['frames']} frames ({m['positives']} success): precision "
-            f"{m['precision']:.1%}, recall {m['recall']:.1%}, false-positive rate {m['fpr']:.1%} at "
-            f"threshold {m['threshold']}; episodes with a false alarm {m['episode_false_alarm']:.1%}"
-        )
+        print(f"{name}: {_classifier_scores(m)}")
 
 
 def cmd_check_dataset(args: argparse.Namespace) -> None:

@@ -163,7 +163,7 @@ def collect_episodes(
     buffers: list[dict[str, list[np.ndarray]]] = [{} for _ in range(n)]
     tasks = [""] * n
     noise: list[np.random.Generator | None] = [None] * n  # seeded per attempt: results ignore env count
-    counts = {"kept": 0, "failed": 0, "started": 0}  # kept: episodes toward the quota
+    counts = {"succeeded": 0, "failed": 0, "started": 0}
     policy_step = PolicySteps(action_source(cfg.policy, env, cfg.seed, cfg.device), n) if cfg.policy else None
 
     def next_attempt(i: int) -> int:
@@ -171,7 +171,8 @@ def collect_episodes(
         # (conservative: it can only delay a start, never change which attempts run).
         attempt[i] = -1
         in_flight = int((attempt >= 0).sum())
-        if counts["kept"] + in_flight < num_episodes and counts["started"] < max_attempts:
+        kept = counts["succeeded"] + (counts["failed"] if cfg.policy else 0)  # toward the quota
+        if kept + in_flight < num_episodes and counts["started"] < max_attempts:
             attempt[i] = counts["started"]
             noise[i] = np.random.default_rng((cfg.seed, attempt[i]))
             counts["started"] += 1
@@ -210,13 +211,11 @@ def collect_episodes(
             data[DONE_KEY] = np.arange(len(data[ACTION_KEY])) == len(data[ACTION_KEY]) - 1
             info = {"init_state_id": cfg.first_state_id + episode, "env_task": env_task, "success": success}
             writer.add_episode(data, tasks[i], info)
-        if success or cfg.policy:
-            counts["kept"] += 1
-            if bar is not None:
+        counts["succeeded" if success else "failed"] += 1
+        if bar is not None:
+            if success or cfg.policy:
                 bar.update(1)
-        if not success:
-            counts["failed"] += 1
-            if bar is not None:
+            if not success:
                 bar.set_postfix(failed=counts["failed"])
         buffers[i] = {}
 
@@ -229,7 +228,7 @@ def collect_episodes(
             next_episode=next_attempt,
             on_episode_end=end_attempt,
         )
-    return counts["kept"] - (counts["failed"] if cfg.policy else 0), counts["failed"]
+    return counts["succeeded"], counts["failed"]
 
 
 class PolicySteps:
@@ -281,9 +280,7 @@ def collect_demos(
     concatenates them into LeRobot's usual files.
     """
     tasks = tasks_to_collect(env_cfg, cfg.tasks)
-    stats = CollectStats(
-        root=Path(out_dir), failures_kept=cfg.keep_failures or bool(cfg.policy), policy=cfg.policy
-    )
+    stats = CollectStats(root=Path(out_dir), failures_kept=cfg.keep_failures, policy=cfg.policy)
     begin = time.perf_counter()
     writer: LeRobotDatasetWriter | None = None
     done: Counter[str] = Counter()  # env_task -> episodes kept before this run (resume)
