@@ -7,9 +7,11 @@ The rule (`intervention.*`, train/intervention_config.py) counts decisions that 
 task's progress (VecEnv.task_progress) has not risen by more than `min_progress` above its level at the
 policy's last headway (a watcher who steps in when the robot gets nowhere). After `patience` such
 decisions in a row the expert drives the next `steps` decisions of that env (the decision that tripped the
-rule included). A takeover ends early with its episode. The off-policy runner, or a simulated actor of
-`embodrl learner`, flags the expert's decisions; the learner keeps them in the demo buffer besides the
-online one, and logs the share of decisions the expert drove as `rollout/intervention_rate`.
+rule included); with `patience_final`, the patience grows to it over the first `trust_steps` env steps (a
+person who steps in less as the robot earns trust). A takeover ends early with its episode. The off-policy
+runner, or a simulated actor of `embodrl learner`, flags the expert's decisions; the learner keeps them in
+the demo buffer besides the online one, and logs the share of decisions the expert drove as
+`rollout/intervention_rate`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class TakeoverRule(Protocol):
     min_progress: float
     patience: int
     steps: int
+    patience_final: int
+    trust_steps: int
 
 
 class ExpertEnv(Protocol):
@@ -50,10 +54,18 @@ class ScriptedIntervener:
                 f"{chunk_size} would need chunks: set policy.chunk_size=1"
             )
         self.cfg = cfg
+        self.patience = cfg.patience
         self.straying = torch.zeros(num_envs, dtype=torch.long)  # consecutive decisions against the policy
         self.remaining = torch.zeros(num_envs, dtype=torch.long)  # decisions the expert still drives
         self.headway = torch.full((num_envs,), -torch.inf)  # stall: the progress the policy last rose to
         self.decisions = self.driven = self.takeovers = 0
+
+    def trust(self, env_steps: int) -> int:
+        """Set and return the patience after `env_steps` env steps of training (`patience_final` ramp)."""
+        if self.cfg.patience_final:
+            grown = min(env_steps / self.cfg.trust_steps, 1.0)
+            self.patience = round(self.cfg.patience + (self.cfg.patience_final - self.cfg.patience) * grown)
+        return self.patience
 
     def choose(self, policy_actions: torch.Tensor, env: ExpertEnv) -> tuple[torch.Tensor, torch.Tensor]:
         """The executed chunks [N, 1, A] and which of them the expert drove [N] (bool), from the policy's
@@ -65,7 +77,7 @@ class ScriptedIntervener:
         else:
             against = (policy_actions - expert).abs().flatten(1).mean(1).cpu() > self.cfg.threshold
         self.straying = torch.where(free & against, self.straying + 1, torch.zeros_like(self.straying))
-        takeover = free & (self.straying >= self.cfg.patience)
+        takeover = free & (self.straying >= self.patience)
         self.remaining[takeover] = self.cfg.steps
         self.straying[takeover] = 0
         driven = self.remaining > 0

@@ -202,6 +202,7 @@ class SimActor:
                 actions = self._actions(obs)
                 driven = None
                 if self.intervener is not None:  # the expert drives the envs whose policy strayed
+                    self.intervener.trust(self.stats.env_steps)
                     actions, driven = self.intervener.choose(actions, self.env)
                 result = self.env.step(actions)
                 step = transition(obs, actions, result, self.keys)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from embodrl.choices import check_choice, check_positive
+from embodrl.errors import ConfigError
 
 INTERVENERS = ("none", "expert")
 TRIGGERS = ("deviation", "stall")
@@ -26,6 +27,10 @@ class InterventionConfig:
     min_progress: float = 0.005
     patience: int = 3  # consecutive decisions against the policy before the expert takes over
     steps: int = 10  # decisions the expert then drives before it hands back
+    # A watcher who trusts the robot more as training goes on: patience grows linearly from `patience` to
+    # `patience_final` over the first `trust_steps` env steps (0: patience stays where it starts)
+    patience_final: int = 0
+    trust_steps: int = 0
 
     def __post_init__(self) -> None:
         check_choice("intervention.mode", self.mode, INTERVENERS)
@@ -34,3 +39,10 @@ class InterventionConfig:
         check_positive("intervention.min_progress", self.min_progress)
         check_positive("intervention.patience", self.patience)
         check_positive("intervention.steps", self.steps)
+        check_positive("intervention.patience_final", self.patience_final, allow_zero=True)
+        check_positive("intervention.trust_steps", self.trust_steps, allow_zero=True)
+        if bool(self.patience_final) != bool(self.trust_steps):
+            raise ConfigError(
+                "intervention.patience_final and intervention.trust_steps go together: set both (patience "
+                "grows to patience_final over trust_steps env steps) or neither"
+            )

@@ -179,6 +179,7 @@ class OffPolicyRunner(Runner):
         obs = env.reset_to(state_ids)
         if self.intervener is not None:  # fresh episodes: the policy drives (and resume stays exact)
             self.intervener.end_episodes(torch.ones(env.num_envs, dtype=torch.bool))
+            patience = self.intervener.trust(self.env_steps)
         stored = self.algo.stored_obs(obs)  # what the buffer keeps: cameras as frozen features
         tracker = EpisodeTracker.zeros(env.num_envs, episode_limit=self.cfg.env.max_episode_steps)
         record: dict[str, list[torch.Tensor]] = {"reward": [], "steps": [], "done": [], "success": []}
@@ -217,6 +218,7 @@ class OffPolicyRunner(Runner):
         metrics.update({f"rollout/{k}": v for k, v in outcomes.items()})
         if self.intervener is not None:
             metrics.update(self.intervener.pop_metrics(outcomes["episodes"]))
+            metrics["rollout/intervention_patience"] = float(patience)
         if self.takes_interventions:
             metrics["replay/demo_size"] = float(len(self.demos))
         if isinstance(env, LearnedRewardVecEnv):  # the classifier's errors, for diagnosis only

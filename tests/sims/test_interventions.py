@@ -94,6 +94,18 @@ def test_stall_spares_the_scripted_expert_and_takes_over_a_frozen_policy():
     assert taken == [False] * 6 + [True]  # the first decision's progress is the headway to beat
 
 
+def test_patience_grows_to_patience_final_over_trust_steps():
+    cfg = InterventionConfig(mode="expert", patience=2, steps=1, patience_final=6, trust_steps=100)
+    intervener = ScriptedIntervener(cfg, 1, 1)
+    assert [intervener.trust(n) for n in (0, 25, 50, 100, 10_000)] == [2, 3, 4, 6, 6]
+    env = ScriptedEnv(expert=torch.zeros(1, 1))
+    straying = torch.ones(1, 1, 1)
+    # at patience 6 the expert takes over on the sixth straying decision, not the second
+    taken = [intervener.choose(straying, env)[1].item() for _ in range(6)]
+    assert taken == [False] * 5 + [True]
+    assert ScriptedIntervener(InterventionConfig(mode="expert", patience=3), 1, 1).trust(10**6) == 3
+
+
 def test_bad_settings_are_one_line_errors():
     with pytest.raises(ConfigError, match="intervention.mode"):
         compose("sac_pendulum", ["intervention.mode=human"])
@@ -103,6 +115,8 @@ def test_bad_settings_are_one_line_errors():
         compose("sac_pendulum", ["intervention.trigger=slow"])
     with pytest.raises(ConfigError, match="intervention.patience"):
         InterventionConfig(mode="expert", patience=0)
+    with pytest.raises(ConfigError, match="go together"):
+        InterventionConfig(mode="expert", patience_final=20)
     with pytest.raises(UserError, match="chunk_size=1") as error:
         ScriptedIntervener(InterventionConfig(mode="expert"), 2, 4)
     assert "\n" not in str(error.value)
