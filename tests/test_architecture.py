@@ -53,7 +53,7 @@ FORBIDDEN = [
 ]
 GENERIC = ("embodrl.engine", "embodrl.train", "embodrl.algos", "embodrl.parallel")
 FAMILIES = ("gaussian", "flow", "autoregressive", "diffusion", "vla")
-ALGORITHMS = ("ppo", "grpo", "sac")
+ALGORITHMS = ("ppo", "grpo", "sac", "dsrl_na")
 
 
 def modules() -> dict[str, Path]:

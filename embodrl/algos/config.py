@@ -13,7 +13,8 @@ from embodrl.algos import registry
 from embodrl.choices import check_choice, check_positive
 from embodrl.errors import ConfigError
 
-ALGORITHMS = ("ppo", "grpo", "sac")  # off-policy ones also have a registry entry of kind "off_policy"
+# off-policy ones also have a registry entry of kind "off_policy"
+ALGORITHMS = ("ppo", "grpo", "sac", "dsrl_na")
 # The estimator each algorithm uses unless `advantage` names another one.
 DEFAULT_ADVANTAGE = {"ppo": "gae", "grpo": "grpo"}
 REWARD_TYPES = ("action", "chunk")
@@ -149,6 +150,10 @@ class AlgoConfig:
         check_positive("algo.noise_bound", self.noise_bound)
         if self.noise_policy and self.on_policy:
             raise ConfigError(f"algo.noise_policy trains an off-policy actor, not {self.name}: set algo=sac")
+        if self.name == "dsrl_na" and not self.noise_policy:
+            raise ConfigError(
+                "algo.name=dsrl_na steers a frozen flow policy's noise: set algo.noise_policy=CHECKPOINT"
+            )
         if self.noise_policy and self.demo_dataset:
             raise ConfigError("algo.demo_dataset holds env actions, not noise: drop it for algo.noise_policy")
         if self.grpo_success_range is not None:

@@ -14,8 +14,10 @@ from embodrl.choices import check_choice
 # kind -> name -> "module:attribute" (or the callable itself once registered in code).
 #   advantage:  fn(rollout: TensorDict [T, N], last_value: Tensor [N] | None, cfg) -> AdvantageOut
 #   value_loss: fn(error: Tensor, cfg) -> Tensor, elementwise on (return - value)
-#   off_policy: class(policy, cfg) of an algorithm that learns from a replay buffer (AlgoConfig.on_policy
-#               False): update(sample, generator) -> metrics, state_dict(), load_state_dict(state)
+#   off_policy: class(policy, cfg, decoder=None) of an algorithm that learns from a replay buffer
+#               (AlgoConfig.on_policy False): update(sample, generator) -> metrics, state_dict(),
+#               load_state_dict(state); `decoder` (algos/sac.py: ActionDecoder) is the env wrapper that
+#               turns the actor's actions into env actions, where one stands between them
 _ENTRIES: dict[str, dict[str, str | Callable]] = {
     "advantage": {
         "gae": "embodrl.algos.gae:gae_advantages",
@@ -27,6 +29,7 @@ _ENTRIES: dict[str, dict[str, str | Callable]] = {
     },
     "off_policy": {
         "sac": "embodrl.algos.sac:SAC",
+        "dsrl_na": "embodrl.algos.noise_aliasing:NoiseAliasedSAC",
     },
 }
 

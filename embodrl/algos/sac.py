@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from tensordict import TensorDict
@@ -108,10 +109,36 @@ class Critic(nn.Module):
         return self.ensemble(torch.cat([vector, *parts], dim=-1) if parts else vector)
 
 
+def frozen_mean_q(critic: nn.Module, inputs: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> torch.Tensor:
+    """`critic`'s members' mean Q [B] on `inputs`, with no gradient into the critic: an actor's loss trains
+    the actor only."""
+    critic.requires_grad_(False)
+    try:
+        return critic(*inputs).mean(0)
+    finally:
+        critic.requires_grad_(True)
+
+
+class ActionDecoder(Protocol):
+    """What stands between an actor and the simulator when the actor does not emit env actions: e.g. the
+    noise of a frozen flow policy, which `decode` runs (train/noise_action_env.py)."""
+
+    @property
+    def decoded_shape(self) -> tuple[int, int]:
+        """The env action chunk [C, A] that one actor action becomes."""
+        ...
+
+    def decode(self, obs: TensorDict, actions: torch.Tensor) -> torch.Tensor:
+        """Env action chunks [B, C, A] (no grad) for the actor's actions [B, ...] on observations `obs`."""
+        ...
+
+
 class SAC:
     """The critic ensemble, its targets, the temperature and the three optimizers around a policy."""
 
-    def __init__(self, policy: nn.Module, cfg: AlgoConfig) -> None:
+    def __init__(self, policy: nn.Module, cfg: AlgoConfig, decoder: ActionDecoder | None = None) -> None:
+        """`decoder`: the env wrapper that turns the actor's actions into the simulator's (noise-space RL),
+        when one stands between them; plain SAC's critic reads the actor's own actions and ignores it."""
         self.policy, self.cfg = policy, cfg
         if not policy.can_sample_reparameterized:
             raise UserError(
@@ -122,17 +149,9 @@ class SAC:
         self.critic_keys = tuple(policy.cfg.value_obs_keys or policy.cfg.obs_keys)
         # cameras reach the learner as the policy's frozen features, which the replay buffer holds instead
         self.camera_keys = tuple(k for k in policy.cfg.read_keys if k in IMAGE_KEYS)
-        feature_shapes = self._feature_shapes() if self.camera_keys else {}
+        self.feature_shapes = self._feature_shapes() if self.camera_keys else {}
         action_size = math.prod(policy.chunk_shape)
-        vector_dim = sum(policy.obs_shapes[k][0] for k in self.critic_keys if k not in IMAGE_KEYS)
-        critic_cameras = {k: feature_shapes[k] for k in self.critic_keys if k in IMAGE_KEYS}
-        self.critic = Critic(
-            cfg.num_critics,
-            vector_dim + action_size,
-            critic_cameras,
-            cfg.critic_hidden_dims,
-            cfg.critic_image_dim,
-        ).to(policy.device)
+        self.critic = self.make_critic(self.critic_action_size)
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_temperature = torch.tensor(
             math.log(cfg.init_temperature), device=policy.device, requires_grad=True
@@ -145,6 +164,24 @@ class SAC:
         self.actor_optimizer = torch.optim.Adam(self.actor_parameters, lr=cfg.actor_lr)
         self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.critic_lr)
         self.temperature_optimizer = torch.optim.Adam([self.log_temperature], lr=cfg.actor_lr)
+
+    @property
+    def critic_action_size(self) -> int:
+        """How many numbers of action the TD-trained critic reads: the actor's action chunk."""
+        return math.prod(self.policy.chunk_shape)
+
+    def make_critic(self, action_size: int) -> Critic:
+        """A Q ensemble on the critic's observation keys and an action of `action_size` numbers."""
+        policy = self.policy
+        vector_dim = sum(policy.obs_shapes[k][0] for k in self.critic_keys if k not in IMAGE_KEYS)
+        cameras = {k: self.feature_shapes[k] for k in self.critic_keys if k in IMAGE_KEYS}
+        return Critic(
+            self.cfg.num_critics,
+            vector_dim + action_size,
+            cameras,
+            self.cfg.critic_hidden_dims,
+            self.cfg.critic_image_dim,
+        ).to(policy.device)
 
     def _feature_shapes(self) -> dict[str, tuple[int, ...]]:
         """The shapes of the frozen features that stand in for the cameras in the replay buffer."""
@@ -193,6 +230,14 @@ class SAC:
         cameras = {k: obs[k] for k in self.critic_keys if k in IMAGE_KEYS}
         return torch.cat([*parts, action.flatten(1)], dim=-1), cameras
 
+    def replayed_critic_inputs(self, batch: TensorDict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The critic's inputs for a replay batch's own observations and actions."""
+        return self.critic_inputs(batch["obs"], batch["action"])
+
+    def stored_transitions(self, transitions: TensorDict) -> TensorDict:
+        """What the replay buffer keeps of one step's transitions [N] (`step_transitions`): all of them."""
+        return transitions
+
     def critic_target(self, batch: TensorDict, generator: torch.Generator) -> torch.Tensor:
         """r + gamma (1 - terminated) (min over a random subset of target Q(s', a') - alpha log pi(a'|s')),
         a' drawn from the policy [B]; at most `algo.q_max` when it is set."""
@@ -206,7 +251,7 @@ class SAC:
 
     def critic_step(self, batch: TensorDict, generator: torch.Generator) -> dict[str, float]:
         target = self.critic_target(batch, generator)
-        q = self.critic(*self.critic_inputs(batch["obs"], batch["action"]))  # [E, B]
+        q = self.critic(*self.replayed_critic_inputs(batch))  # [E, B]
         loss = (q - target).pow(2).mean()  # each critic's MSE, averaged (SB3's 0.5 * sum for E = 2)
         self._step(self.critic_optimizer, loss, list(self.critic.parameters()))
         with torch.no_grad():  # Polyak: target <- (1 - tau) target + tau critic
@@ -217,11 +262,7 @@ class SAC:
         """Maximize the ensemble's mean Q(s, a) - alpha log pi(a|s), a ~ pi; then tune alpha toward the
         target entropy."""
         action, logprob = self.sample_actions(batch["obs"])
-        self.critic.requires_grad_(False)  # the actor's loss trains the actor only
-        try:
-            q = self.critic(*self.critic_inputs(batch["obs"], action)).mean(0)
-        finally:
-            self.critic.requires_grad_(True)
+        q = self.actor_q(batch["obs"], action)
         actor_loss = (self.temperature * logprob - q).mean()
         metrics = {}
         demo = batch.get("demo", None)
@@ -239,6 +280,10 @@ class SAC:
             "temperature": self.temperature.item(),
             **metrics,
         }
+
+    def actor_q(self, obs: TensorDict, action: torch.Tensor) -> torch.Tensor:
+        """The ensemble's mean Q(s, a) [B] that the actor climbs, differentiable in `action` only."""
+        return frozen_mean_q(self.critic, self.critic_inputs(obs, action))
 
     def temperature_loss(self, logprob: torch.Tensor) -> torch.Tensor:
         """-log alpha (log pi + target entropy): alpha grows while the entropy is below its target."""

@@ -48,6 +48,16 @@ class NoiseActionEnv(WrappedEnv):
     def action_spec(self) -> ActionSpec:
         return ActionSpec(dim=self.base.noise_shape[1], low=-self.bound, high=self.bound)
 
+    @property
+    def decoded_shape(self) -> tuple[int, int]:
+        """The env action chunk [C, A] that one noise [H, D] decodes to."""
+        return self.base.chunk_shape
+
+    def decode(self, obs: TensorDict, noise: torch.Tensor) -> torch.Tensor:
+        """The chunks [B, C, A] that noise [B, H, D] (clipped to the bound) decodes to on observations `obs`
+        (a replay batch's, say): what `step` would execute."""
+        return self.base.act_from_noise(obs, noise.clamp(-self.bound, self.bound))
+
     def prepare_actor(self, actor: Policy) -> None:
         """Set a new actor's normalization for this space: observations as the steered policy normalizes them
         (a few demos' stats: raw positions differ by centimetres), and its tanh's [-1, 1] onto the bound."""
@@ -78,7 +88,7 @@ class NoiseActionEnv(WrappedEnv):
                 f"noise actions must have shape [N, {h}, {d}] (the steered policy's noise), got "
                 f"{list(actions.shape)}"
             )
-        result = self.env.step(self.base.act_from_noise(self.obs, noise))
+        result = self.env.step(self.decode(self.obs, noise))
         self.obs = result.obs
         return result
 

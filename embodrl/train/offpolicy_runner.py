@@ -66,7 +66,8 @@ class OffPolicyRunner(Runner):
         self.policy = build_policy(cfg, self.env)
         if cfg.algo.noise_policy:
             self.env.prepare_actor(self.policy)
-        self.algo = registry.get("off_policy", cfg.algo.name)(self.policy, cfg.algo)
+        decoder = self.env if cfg.algo.noise_policy else None  # the wrapper that decodes the actor's noise
+        self.algo = registry.get("off_policy", cfg.algo.name)(self.policy, cfg.algo, decoder=decoder)
         self.keys = self.policy.cfg.read_keys  # the observation keys the learner reads
         self.buffer = ReplayBuffer(cfg.algo.buffer_size)
         self.intervener = (
@@ -194,7 +195,7 @@ class OffPolicyRunner(Runner):
             result = env.step(actions)
             stored_next = self.algo.stored_obs(result.final_obs)  # the finished episode's last
             transitions = step_transitions(stored, actions, result.reward, stored_next, result.terminated)
-            self._store(transitions, driven)
+            self._store(self.algo.stored_transitions(transitions), driven)
             if self.intervener is not None:
                 self.intervener.end_episodes(result.done)
             self.env_steps += int(result.steps_executed.sum())

@@ -76,15 +76,17 @@ def test_a_step_executes_the_steered_policys_chunk_for_the_clipped_noise(tmp_pat
         env.step(torch.zeros(1, 3, 1))
 
 
-def test_a_dsrl_run_resumes_exactly_and_evaluates_through_the_policy_it_steers(tmp_path):
+@pytest.mark.parametrize("algo", ["sac", "dsrl_na"])
+def test_a_dsrl_run_resumes_exactly_and_evaluates_through_the_policy_it_steers(tmp_path, algo):
     base = save_flow_policy(tmp_path / "base")
     before = {k: v.clone() for k, v in load_policy(base).state_dict().items()}
     whole, split = tmp_path / "whole", tmp_path / "split"
     whole.mkdir(), split.mkdir()
-    runner = OffPolicyRunner(dsrl(base, 3), whole)
+    name = f"algo.name={algo}"
+    runner = OffPolicyRunner(dsrl(base, 3, name), whole)
     runner.learn()
-    OffPolicyRunner(dsrl(base, 2), split).learn()
-    OffPolicyRunner(dsrl(base, 3), split, resume=True).learn()
+    OffPolicyRunner(dsrl(base, 2, name), split).learn()
+    OffPolicyRunner(dsrl(base, 3, name), split, resume=True).learn()
     assert comparable(split) == comparable(whole) and "eval/return" in comparable(whole)[1]
     replay = load_trainer_state(whole / LAST)["replay"]["data"]["action"]
     assert replay.shape == (15, 2, 1) and replay.abs().max() <= BOUND + 1e-5  # the noise, within its bound
