@@ -153,15 +153,17 @@ def test_bad_noise_space_settings_are_one_line_errors(tmp_path):
 
 
 @pytest.mark.slow
-def test_dsrl_learns_to_swing_the_pendulum_up_through_an_untrained_flow_policy(tmp_path):
+@pytest.mark.parametrize("algo", ["sac", "dsrl_na"])
+def test_dsrl_learns_to_swing_the_pendulum_up_through_an_untrained_flow_policy(tmp_path, algo):
     """The steered policy's untrained ODE bends its noise into torques (x0 times 1.5 plus a small field):
-    SAC in that noise space, 5000 env steps as the plain SAC test, ends far above the random episodes."""
+    SAC in that noise space (and DSRL-NA, its critic on the torques), 5000 env steps as the plain SAC test,
+    ends far above the random episodes."""
     torch.manual_seed(0)
     cfg = PolicyConfig(family="flow", chunk_size=1, action_dim=1, flow=FlowConfig(hidden_dims=(16,)))
     base = make_policy(cfg, {"state": (3,)})
     base.set_normalization({"action": {"mean": [0.0], "std": [1.5]}})
     base.save_pretrained(tmp_path / "base")
-    overrides = [f"algo.noise_policy={tmp_path / 'base'}", *SWING_UP]
+    overrides = [f"algo.noise_policy={tmp_path / 'base'}", f"algo.name={algo}", *SWING_UP]
     (tmp_path / "run").mkdir()
     final = OffPolicyRunner(compose("sac_pendulum", overrides), tmp_path / "run").learn()
     random = [row["rollout/return"] for row in read_metrics(tmp_path / "run")[:3]]
