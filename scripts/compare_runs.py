@@ -1,6 +1,7 @@
-"""Plot several RL runs' success against RL wall-clock minutes on one figure: the rollout success (stochastic,
-a moving mean over --window iterations) as a line, the deterministic evaluations as markers; each
---panel KEY adds a panel below with that metric's moving mean (e.g. rollout/intervention_rate).
+"""Plot several RL runs' success against RL wall-clock minutes (or env steps, --x env-steps) on one figure:
+the rollout success (stochastic, a moving mean over --window iterations) as a line, the deterministic
+evaluations as markers; each --panel KEY adds a panel below with that metric's moving mean (e.g.
+rollout/intervention_rate).
 
     python scripts/compare_runs.py --out docs/img/curves.png "seed 0=runs/exp/a/RUN" "seed 1=runs/exp/b/RUN"
 """
@@ -12,6 +13,12 @@ import sys
 from pathlib import Path
 
 from embodrl.train.logger import read_metrics
+
+# --x choice -> (metric, divisor, axis label)
+AXES = {
+    "minutes": ("time/wall", 60, "RL wall-clock (minutes)"),
+    "env-steps": ("rollout/env_steps", 1000, "env steps (thousands)"),
+}
 
 
 def moving_mean(values: list[float], window: int) -> list[float]:
@@ -32,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--panel", action="append", default=[], metavar="KEY", help="a metric drawn in a panel of its own"
     )
+    parser.add_argument(
+        "--x", choices=tuple(AXES), default="minutes", help="the horizontal axis (default: minutes)"
+    )
     args = parser.parse_args(argv)
+    key, scale, x_label = AXES[args.x]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,26 +59,27 @@ def main(argv: list[str] | None = None) -> int:
         if not rows:
             print(f"compare_runs: {spec!r} is not LABEL=RUN_DIR with a metrics.jsonl", file=sys.stderr)
             return 2
-        minutes = [r["time/wall"] / 60 for r in rows]
-        (line,) = ax.plot(
-            minutes, moving_mean([r["rollout/success"] for r in rows], args.window), label=label
-        )
-        evals = [(r["time/wall"] / 60, r["eval/success"]) for r in rows if "eval/success" in r]
+        if any(key not in r for r in rows):
+            print(f"compare_runs: {folder} logs no {key} for --x {args.x}", file=sys.stderr)
+            return 2
+        xs = [r[key] / scale for r in rows]
+        (line,) = ax.plot(xs, moving_mean([r["rollout/success"] for r in rows], args.window), label=label)
+        evals = [(r[key] / scale, r["eval/success"]) for r in rows if "eval/success" in r]
         if evals:
             ax.plot(*zip(*evals, strict=True), "o", color=line.get_color(), label=f"{label}: evaluation")
-        for key, panel in zip(args.panel, panels, strict=True):
-            points = [(r["time/wall"] / 60, r[key]) for r in rows if key in r]
+        for metric, panel in zip(args.panel, panels, strict=True):
+            points = [(r[key] / scale, r[metric]) for r in rows if metric in r]
             if points:
                 at, values = zip(*points, strict=True)
                 panel.plot(at, moving_mean(list(values), args.window), color=line.get_color(), label=label)
     ax.set_ylabel("success rate")
     ax.set_ylim(-0.02, 1.02)
     ax.legend(fontsize=8)
-    for key, panel in zip(args.panel, panels, strict=True):
-        panel.set_ylabel(key)
+    for metric, panel in zip(args.panel, panels, strict=True):
+        panel.set_ylabel(metric)
     for a in (ax, *panels):
         a.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel("RL wall-clock (minutes)")
+    axes[-1, 0].set_xlabel(x_label)
     if args.title:
         ax.set_title(args.title)
     fig.tight_layout()

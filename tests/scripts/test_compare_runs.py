@@ -1,4 +1,4 @@
-"""scripts/compare_runs.py: runs' success against RL minutes on one figure."""
+"""scripts/compare_runs.py: runs' success against RL minutes or env steps on one figure."""
 
 import json
 import runpy
@@ -8,12 +8,13 @@ SCRIPT = Path(__file__).parents[2] / "scripts" / "compare_runs.py"
 script = runpy.run_path(str(SCRIPT))
 
 
-def write_run(folder: Path, successes: list[float]) -> Path:
+def write_run(folder: Path, successes: list[float], with_steps: bool = True) -> Path:
     folder.mkdir()
     rows = [
         {
             "iteration": i + 1,
             "time/wall": 60.0 * (i + 1),
+            **({"rollout/env_steps": 1000.0 * (i + 1)} if with_steps else {}),
             "rollout/success": s,
             "rollout/intervention_rate": 1.0 - s,
             **({"eval/success": s} if i % 2 else {}),
@@ -43,3 +44,13 @@ def test_writes_a_figure_of_every_run_and_refuses_a_folder_without_metrics(tmp_p
     assert png_size(tall)[1] > png_size(out)[1]  # the panel below the success plot
     assert script["main"]([f"x={tmp_path / 'nowhere'}", "--out", str(out)]) == 2
     assert "LABEL=RUN_DIR" in capsys.readouterr().err
+
+
+def test_env_steps_on_the_x_axis_needs_runs_that_log_them(tmp_path, capsys):
+    a = write_run(tmp_path / "a", [0.2, 0.4, 0.6])
+    old = write_run(tmp_path / "old", [0.2, 0.4], with_steps=False)
+    out = tmp_path / "steps.png"
+    assert script["main"]([f"a={a}", "--x", "env-steps", "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert script["main"]([f"a={a}", f"old={old}", "--x", "env-steps", "--out", str(out)]) == 2
+    assert "logs no rollout/env_steps" in capsys.readouterr().err
